@@ -1,0 +1,29 @@
+"""The "Attention Is All You Need" Transformer as a Hugging Face model. Importing registers it with the Auto classes."""
+
+from transformers import AutoConfig, AutoModel, AutoModelForSeq2SeqLM
+
+from .configuration_vanilla_transformer import VanillaTransformerConfig
+from .modeling_vanilla_transformer import (
+    VanillaTransformerForConditionalGeneration,
+    VanillaTransformerModel,
+    VanillaTransformerPreTrainedModel,
+)
+
+
+__version__ = "0.1.0"
+
+AutoConfig.register(VanillaTransformerConfig.model_type, VanillaTransformerConfig, exist_ok=True)
+AutoModel.register(VanillaTransformerConfig, VanillaTransformerModel, exist_ok=True)
+AutoModelForSeq2SeqLM.register(VanillaTransformerConfig, VanillaTransformerForConditionalGeneration, exist_ok=True)
+# With an auto class set, save_pretrained copies the code files and writes `auto_map`, so that saved folders load with
+# trust_remote_code=True where this package is not installed.
+VanillaTransformerConfig.register_for_auto_class("AutoConfig")
+VanillaTransformerModel.register_for_auto_class("AutoModel")
+VanillaTransformerForConditionalGeneration.register_for_auto_class("AutoModelForSeq2SeqLM")
+
+__all__ = [
+    "VanillaTransformerConfig",
+    "VanillaTransformerForConditionalGeneration",
+    "VanillaTransformerModel",
+    "VanillaTransformerPreTrainedModel",
+]
