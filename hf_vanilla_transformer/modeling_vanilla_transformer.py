@@ -289,6 +289,16 @@ class VanillaTransformerPreTrainedModel(PreTrainedModel):
             init.ones_(module.weight)
             init.zeros_(module.bias)
 
+    def _resize_token_embeddings(self, new_num_tokens, pad_to_multiple_of=None, mean_resizing=True):
+        embeddings = super()._resize_token_embeddings(new_num_tokens, pad_to_multiple_of, mean_resizing)
+        model = self.base_model
+        if isinstance(model, VanillaTransformerModel) and model.shared is None:
+            # Untied: transformers resizes the input (source) and output matrices; the target embeddings are a third.
+            model.decoder.embed_tokens = self._get_resized_embeddings(
+                model.decoder.embed_tokens, embeddings.weight.shape[0], mean_resizing=mean_resizing
+            )
+        return embeddings
+
     def save_pretrained(self, save_directory, *args, **kwargs):
         if self._auto_class is not None:
             # transformers maps only the saved class; map both so that AutoModel and AutoModelForSeq2SeqLM load the
@@ -476,14 +486,6 @@ class VanillaTransformerModel(VanillaTransformerPreTrainedModel):
             self.shared = value
             self.decoder.embed_tokens = value
         self.encoder.embed_tokens = value
-
-    def _resize_token_embeddings(self, new_num_tokens, pad_to_multiple_of=None, mean_resizing=True):
-        embeddings = super()._resize_token_embeddings(new_num_tokens, pad_to_multiple_of, mean_resizing)
-        if self.shared is None:  # untied: the target embeddings are a separate matrix of the same vocabulary
-            self.decoder.embed_tokens = self._get_resized_embeddings(
-                self.decoder.embed_tokens, embeddings.weight.shape[0], mean_resizing=mean_resizing
-            )
-        return embeddings
 
     @can_return_tuple
     def forward(
