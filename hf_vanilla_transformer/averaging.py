@@ -1,0 +1,50 @@
+"""Checkpoint averaging (section 6.1: the paper averages the last 5 or 20 checkpoints)."""
+
+import re
+import shutil
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+
+
+def last_checkpoints(run_dir: str | Path, n: int) -> list[Path]:
+    """The `n` most recent `checkpoint-<step>` folders of a Trainer run, oldest first."""
+    found = [p for p in Path(run_dir).glob("checkpoint-*") if re.fullmatch(r"checkpoint-\d+", p.name)]
+    found.sort(key=lambda p: int(p.name.split("-")[1]))
+    if len(found) < n:
+        raise ValueError(f"Asked to average the last {n} checkpoints but {run_dir} has {len(found)}.")
+    return found[-n:]
+
+
+def average_checkpoints(checkpoints: list[str | Path], output_dir: str | Path) -> Path:
+    """Write the element-wise mean of the checkpoints' weights as a normal model folder.
+
+    Configs, code and tokenizer files are copied from the last checkpoint, so `from_pretrained(output_dir)` loads it.
+    """
+    if not checkpoints:
+        raise ValueError("No checkpoints to average.")
+    checkpoints = [Path(c) for c in checkpoints]
+    total, reference = None, None
+    for checkpoint in checkpoints:
+        weights_file = checkpoint / "model.safetensors"
+        if not weights_file.is_file():
+            raise FileNotFoundError(f"{weights_file} does not exist: average only safetensors checkpoints.")
+        weights = load_file(weights_file)
+        if total is None:
+            reference = weights
+            total = {k: v.double() for k, v in weights.items()}
+            continue
+        if weights.keys() != total.keys():
+            raise ValueError(f"{weights_file} has different tensors from {checkpoints[0] / 'model.safetensors'}.")
+        for k, v in weights.items():
+            total[k] += v.double()
+    average = {k: (v / len(checkpoints)).to(reference[k].dtype) for k, v in total.items()}
+
+    output_dir = Path(output_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    for item in checkpoints[-1].iterdir():
+        if item.is_file() and item.suffix in {".json", ".py", ".txt", ".model", ".md"} and item.name != "trainer_state.json":
+            shutil.copy2(item, output_dir / item.name)
+    save_file(average, output_dir / "model.safetensors", metadata={"format": "pt"})
+    return output_dir

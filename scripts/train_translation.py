@@ -1,0 +1,304 @@
+#!/usr/bin/env python
+"""Train a translator with the paper's recipe on Seq2SeqTrainer; with no arguments, the bundled German->English demo.
+
+    python scripts/train_translation.py                                   # the demo: ~10 minutes on 2 CPU cores
+    python scripts/train_translation.py --paper_preset base --dataset_name wmt14 --dataset_config_name de-en \
+        --max_train_minutes 0 --max_steps 100000 --bf16 --output_dir runs/wmt14-base  # the paper's base model
+    accelerate launch --config_file scripts/accelerate_configs/ddp.yaml scripts/train_translation.py ...
+
+Arguments: the dataclasses below plus every `Seq2SeqTrainingArguments` field (`--help` lists them all).
+"""
+
+import logging
+import os
+import shlex
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+import transformers
+from transformers import (
+    AutoModelForSeq2SeqLM,
+    AutoTokenizer,
+    DataCollatorForSeq2Seq,
+    HfArgumentParser,
+    MarianConfig,
+    MarianMTModel,
+    Seq2SeqTrainingArguments,
+    set_seed,
+)
+from transformers.trainer_utils import get_last_checkpoint
+
+from hf_vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
+from hf_vanilla_transformer.data import BUNDLED_ATTRIBUTION, load_parallel_corpus, tokenize_corpus
+from hf_vanilla_transformer.plotting import plot_training_curves
+from hf_vanilla_transformer.tokenization import check_tokenizer_matches_config, train_shared_bpe_tokenizer
+from hf_vanilla_transformer.training import (
+    TimeBudgetCallback,
+    TranslationTrainer,
+    build_compute_metrics,
+    epochs_seen,
+    label_smoothed_cross_entropy,
+    noam_learning_rate,
+    write_json,
+)
+
+
+logger = logging.getLogger("train_translation")
+
+EXAMPLES = [
+    "Ich habe heute keine Zeit.",
+    "Wo ist der Bahnhof?",
+    "Tom hat gestern ein neues Fahrrad gekauft.",
+    "Kannst du mir bitte helfen?",
+    "Das Wetter ist heute sehr schön.",
+]
+
+
+@dataclass
+class ModelArguments:
+    model_name_or_path: str | None = field(default=None, metadata={"help": "Fine-tune this model (and its tokenizer) instead of training from scratch."})
+    architecture: str = field(default="vanilla", metadata={"help": "vanilla (this package) or marian (transformers' MarianMTModel, same architecture: the reference in benchmarks).", "choices": ["vanilla", "marian"]})
+    paper_preset: str | None = field(default=None, metadata={"help": "Start from the paper's 'base' or 'big' model instead of the sizes below.", "choices": ["base", "big"]})
+    d_model: int = field(default=256, metadata={"help": "Model width."})
+    encoder_layers: int = field(default=3)
+    decoder_layers: int = field(default=3)
+    attention_heads: int = field(default=4)
+    ffn_dim: int = field(default=1024)
+    dropout: float = field(default=0.1)
+    norm_first: bool = field(default=False, metadata={"help": "Pre-norm instead of the paper's post-norm."})
+    vocab_size: int = field(default=8000, metadata={"help": "Size of the shared BPE vocabulary trained on the corpus."})
+    max_position_embeddings: int = field(default=256)
+# fmt: skip
+
+
+@dataclass
+class DataArguments:
+    source_lang: str = field(default="de")
+    target_lang: str = field(default="en")
+    dataset_name: str | None = field(default=None, metadata={"help": "Hub dataset, e.g. wmt14 (needs network). Default: the bundled Tatoeba corpus."})
+    dataset_config_name: str | None = field(default=None, metadata={"help": "Hub dataset config, e.g. de-en."})
+    train_file: str | None = field(default=None, metadata={"help": "Local JSON Lines / TSV / CSV corpus (and the two below)."})
+    validation_file: str | None = field(default=None)
+    test_file: str | None = field(default=None)
+    max_source_length: int = field(default=128, metadata={"help": "Longer sources are truncated."})
+    max_target_length: int = field(default=128, metadata={"help": "Longer targets are truncated."})
+    max_train_samples: int | None = field(default=None)
+    max_eval_samples: int | None = field(default=500, metadata={"help": "Validation pairs scored at each evaluation during training."})
+    max_test_samples: int | None = field(default=None)
+    preprocessing_num_workers: int | None = field(default=None)
+# fmt: skip
+
+
+@dataclass
+class RecipeArguments:
+    max_train_minutes: float = field(default=9.0, metadata={"help": "Stop training after this much wall-clock time (0: no limit, use --max_steps / --num_train_epochs)."})
+    noam_learning_rate: bool = field(default=False, metadata={"help": "Use the paper's lr = d_model^-0.5 * warmup^-0.5 peak (overrides --learning_rate)."})
+    overwrite_output_dir: bool = field(default=False, metadata={"help": "Allow training into a non-empty output folder that holds no checkpoint to resume."})
+    translate: list[str] = field(default_factory=lambda: list(EXAMPLES), metadata={"help": "Sentences to translate at the end."})
+# fmt: skip
+
+
+DEMO_DEFAULTS = dict(
+    output_dir="outputs/demo-de-en",
+    per_device_train_batch_size=64,
+    per_device_eval_batch_size=64,
+    learning_rate=1e-3,
+    lr_scheduler_type="inverse_sqrt",
+    warmup_steps=300,
+    adam_beta1=0.9,
+    adam_beta2=0.98,
+    adam_epsilon=1e-9,
+    weight_decay=0.0,
+    label_smoothing_factor=0.1,
+    num_train_epochs=100,  # the time budget ends the demo first
+    train_sampling_strategy="group_by_length",
+    eval_strategy="steps",
+    eval_steps=500,
+    save_strategy="steps",
+    save_steps=500,
+    save_total_limit=5,
+    logging_steps=50,
+    predict_with_generate=True,
+    generation_num_beams=4,
+    dataloader_num_workers=0,
+    report_to="none",
+    seed=42,
+)
+
+
+def parse_args():
+    parser = HfArgumentParser((ModelArguments, DataArguments, RecipeArguments, Seq2SeqTrainingArguments))
+    parser.set_defaults(**DEMO_DEFAULTS, dataloader_pin_memory=torch.cuda.is_available())
+    return parser.parse_args_into_dataclasses()
+
+
+def prepare_output_dir(training_args, recipe_args) -> str | None:
+    """Return the checkpoint to resume from, refusing to silently overwrite a previous run."""
+    output_dir = Path(training_args.output_dir)
+    if training_args.resume_from_checkpoint not in (None, "", "False", "false"):
+        if training_args.resume_from_checkpoint in ("True", "true", "last"):
+            checkpoint = get_last_checkpoint(output_dir) if output_dir.is_dir() else None
+            if checkpoint is None:
+                raise ValueError(f"--resume_from_checkpoint: no checkpoint-* folder in {output_dir} to resume from.")
+            return checkpoint
+        if not Path(training_args.resume_from_checkpoint).is_dir():
+            raise ValueError(f"--resume_from_checkpoint: {training_args.resume_from_checkpoint} is not a folder.")
+        return training_args.resume_from_checkpoint
+    if output_dir.is_dir() and any(output_dir.iterdir()) and not recipe_args.overwrite_output_dir:
+        raise ValueError(
+            f"Output folder {output_dir} is not empty. Resume with --resume_from_checkpoint last, choose another "
+            "--output_dir, or pass --overwrite_output_dir to train over it."
+        )
+    return None
+
+
+def build_tokenizer(model_args, data_args, corpus, output_dir, resuming):
+    if model_args.model_name_or_path:
+        return AutoTokenizer.from_pretrained(model_args.model_name_or_path, trust_remote_code=True)
+    if resuming:  # the ids of the checkpoint's embeddings belong to the tokenizer saved at the start of the run
+        return AutoTokenizer.from_pretrained(output_dir)
+    pairs = corpus["train"]["translation"]
+    texts = (pair[lang] for pair in pairs for lang in (data_args.source_lang, data_args.target_lang))
+    return train_shared_bpe_tokenizer(texts, model_args.vocab_size, model_args.max_position_embeddings)
+
+
+def build_model(model_args, tokenizer):
+    if model_args.model_name_or_path:
+        return AutoModelForSeq2SeqLM.from_pretrained(model_args.model_name_or_path, trust_remote_code=True)
+    sizes = dict(d_model=model_args.d_model, encoder_layers=model_args.encoder_layers, decoder_layers=model_args.decoder_layers,
+                 encoder_attention_heads=model_args.attention_heads, decoder_attention_heads=model_args.attention_heads,
+                 encoder_ffn_dim=model_args.ffn_dim, decoder_ffn_dim=model_args.ffn_dim, dropout=model_args.dropout)  # fmt: skip
+    ids = dict(vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
+               decoder_start_token_id=tokenizer.bos_token_id, max_position_embeddings=model_args.max_position_embeddings)  # fmt: skip
+    if model_args.architecture == "marian":
+        # The same architecture in transformers' MarianMTModel: static sinusoidal positions, post-norm, ReLU, shared and
+        # tied embeddings scaled by sqrt(d_model).
+        config = MarianConfig(**sizes, **ids, bos_token_id=tokenizer.bos_token_id, activation_function="relu",
+                              scale_embedding=True, share_encoder_decoder_embeddings=True, attention_dropout=0.0,
+                              activation_dropout=0.0, forced_eos_token_id=None)  # fmt: skip
+        model = MarianMTModel(config)
+    else:
+        if model_args.paper_preset:
+            config = VanillaTransformerConfig.from_paper(model_args.paper_preset, **ids, bos_token_id=tokenizer.bos_token_id)
+        else:
+            config = VanillaTransformerConfig(**sizes, **ids, bos_token_id=tokenizer.bos_token_id, norm_first=model_args.norm_first)
+        model = VanillaTransformerForConditionalGeneration(config)
+    return model
+
+
+def main():
+    model_args, data_args, recipe_args, training_args = parse_args()
+    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO if training_args.should_log else logging.WARN)
+    transformers.utils.logging.set_verbosity_warning()
+    set_seed(training_args.seed)
+    resume_from = prepare_output_dir(training_args, recipe_args)
+    output_dir = Path(training_args.output_dir)
+    started = time.time()
+
+    corpus = load_parallel_corpus(data_args.source_lang, data_args.target_lang, data_args.dataset_name,
+                                  data_args.dataset_config_name, data_args.train_file, data_args.validation_file,
+                                  data_args.test_file)  # fmt: skip
+    tokenizer = build_tokenizer(model_args, data_args, corpus, output_dir, resume_from is not None)
+    model = build_model(model_args, tokenizer)
+    check_tokenizer_matches_config(tokenizer, model.config)
+    generation_config = VanillaTransformerConfig.paper_generation_config(model.config, max_length=data_args.max_target_length)
+    model.generation_config = generation_config
+    if training_args.should_save:
+        output_dir.mkdir(parents=True, exist_ok=True)
+        tokenizer.save_pretrained(output_dir)
+    if recipe_args.noam_learning_rate:
+        training_args.learning_rate = noam_learning_rate(model.config.d_model, int(training_args.warmup_steps))
+    n_params = sum(p.numel() for p in model.parameters())
+    logger.info("%s with %.1fM parameters, vocabulary %d", type(model).__name__, n_params / 1e6, len(tokenizer))
+
+    limits = {"train": data_args.max_train_samples, "validation": data_args.max_eval_samples, "test": data_args.max_test_samples}
+    with training_args.main_process_first(desc="tokenizing"):
+        datasets = tokenize_corpus(corpus, tokenizer, data_args.source_lang, data_args.target_lang,
+                                   data_args.max_source_length, data_args.max_target_length, limits,
+                                   data_args.preprocessing_num_workers)  # fmt: skip
+    epsilon, training_args.label_smoothing_factor = training_args.label_smoothing_factor, 0.0  # applied by our loss
+    callbacks = [TimeBudgetCallback(recipe_args.max_train_minutes)] if recipe_args.max_train_minutes > 0 else []
+    trainer = TranslationTrainer(
+        model=model,
+        args=training_args,
+        train_dataset=datasets["train"],
+        eval_dataset=datasets.get("validation"),
+        processing_class=tokenizer,
+        data_collator=DataCollatorForSeq2Seq(tokenizer, model=model, label_pad_token_id=-100),
+        compute_metrics=build_compute_metrics(tokenizer),
+        compute_loss_func=label_smoothed_cross_entropy(epsilon),
+        callbacks=callbacks,
+    )
+    train_result = trainer.train(resume_from_checkpoint=resume_from)
+    trainer.save_model()  # model, tokenizer, generation config and code files: ready to share
+    trainer.save_state()
+
+    metrics = {"train": train_result.metrics}
+    if "validation" in datasets:
+        metrics["validation"] = trainer.evaluate()  # also the last point of the BLEU curve
+    if "test" in datasets:
+        predictions = trainer.predict(datasets["test"], metric_key_prefix="test")
+        metrics["test"] = predictions.metrics
+    if trainer.is_world_process_zero():
+        summary = summarize(model, tokenizer, data_args, training_args, trainer.state, metrics, epsilon,
+                            len(datasets["train"]), time.time() - started)
+        write_json(output_dir / "metrics.json", summary)
+        plot_training_curves(trainer.state.log_history, output_dir / "training_curves.png")
+        report(summary, model, tokenizer, recipe_args.translate, output_dir)
+
+
+def summarize(model, tokenizer, data_args, training_args, state, metrics, epsilon, train_samples, seconds):
+    test = metrics.get("test", {})
+    bundled = data_args.dataset_name is None and data_args.train_file is None
+    return {
+        "source_lang": data_args.source_lang,
+        "target_lang": data_args.target_lang,
+        "dataset": {
+            "name": "Tatoeba German-English (bundled with hf_vanilla_transformer)" if bundled else
+            (data_args.dataset_name or data_args.train_file),
+            "config": data_args.dataset_config_name,
+            "license": "cc-by-2.0-fr" if bundled else None,
+            "attribution": BUNDLED_ATTRIBUTION if bundled else None,
+        },
+        "model": {"architecture": type(model).__name__, "parameters": sum(p.numel() for p in model.parameters()),
+                  "d_model": model.config.d_model, "encoder_layers": model.config.encoder_layers,
+                  "decoder_layers": model.config.decoder_layers, "vocab_size": len(tokenizer)},
+        "test": {"bleu": test.get("test_bleu"), "chrf": test.get("test_chrf"), "num_samples": test.get("test_num_samples"),
+                 "num_beams": model.generation_config.num_beams, "length_penalty": model.generation_config.length_penalty},
+        "training": {"steps": state.global_step, "epochs": epochs_seen(state),
+                     "runtime_seconds": round(metrics["train"].get("train_runtime", 0.0), 1),
+                     "total_seconds": round(seconds, 1), "train_samples": train_samples,
+                     "hardware": hardware(), "learning_rate": training_args.learning_rate,
+                     "lr_scheduler": str(training_args.lr_scheduler_type.value if hasattr(training_args.lr_scheduler_type, "value") else training_args.lr_scheduler_type),
+                     "warmup_steps": training_args.warmup_steps, "label_smoothing": epsilon,
+                     "per_device_train_batch_size": training_args.per_device_train_batch_size,
+                     "world_size": training_args.world_size, "bf16": training_args.bf16, "seed": training_args.seed},
+        "command": "python " + " ".join(shlex.quote(a) for a in sys.argv),
+    }  # fmt: skip
+
+
+def hardware() -> str:
+    if torch.cuda.is_available():
+        return f"{torch.cuda.device_count()} x {torch.cuda.get_device_name(0)}"
+    return f"{torch.get_num_threads()} CPU threads ({os.cpu_count()} cores visible)"
+
+
+def report(summary, model, tokenizer, sentences, output_dir):
+    test = summary["test"]
+    if test["bleu"] is not None:
+        print(f"\nTest set ({test['num_samples']} pairs, beam {test['num_beams']}): BLEU {test['bleu']:.2f}  chrF {test['chrf']:.2f}")
+    print(f"Trained {summary['training']['steps']} steps ({summary['training']['epochs']} epochs) in "
+          f"{summary['training']['runtime_seconds'] / 60:.1f} min; model saved to {output_dir}\n")  # fmt: skip
+    model.eval()
+    batch = tokenizer(sentences, return_tensors="pt", padding=True, truncation=True).to(model.device)
+    with torch.no_grad():
+        generated = model.generate(**batch)
+    for source, target in zip(sentences, tokenizer.batch_decode(generated, skip_special_tokens=True)):
+        print(f"  {source}\n    -> {target.strip()}")
+
+
+if __name__ == "__main__":
+    main()
