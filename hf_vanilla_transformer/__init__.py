@@ -1,6 +1,7 @@
 """The "Attention Is All You Need" Transformer as a Hugging Face model. Importing registers it with the Auto classes."""
 
 from transformers import AutoConfig, AutoModel, AutoModelForSeq2SeqLM
+from transformers.models.auto import modeling_auto as _modeling_auto
 
 from .configuration_vanilla_transformer import VanillaTransformerConfig
 from .modeling_vanilla_transformer import (
@@ -20,6 +21,12 @@ AutoModelForSeq2SeqLM.register(VanillaTransformerConfig, VanillaTransformerForCo
 VanillaTransformerConfig.register_for_auto_class("AutoConfig")
 VanillaTransformerModel.register_for_auto_class("AutoModel")
 VanillaTransformerForConditionalGeneration.register_for_auto_class("AutoModelForSeq2SeqLM")
+# transformers' own test mixins and a few library checks recognise base models and seq2seq heads by class name through
+# these tables; list ours the way a model inside the library is listed.
+_modeling_auto.MODEL_MAPPING_NAMES.setdefault(VanillaTransformerConfig.model_type, "VanillaTransformerModel")
+_modeling_auto.MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES.setdefault(
+    VanillaTransformerConfig.model_type, "VanillaTransformerForConditionalGeneration"
+)
 
 __all__ = [
     "VanillaTransformerConfig",
