@@ -1,4 +1,7 @@
-"""The "Attention Is All You Need" Transformer as a Hugging Face model. Importing registers it with the Auto classes."""
+"""The "Attention Is All You Need" Transformer as a Hugging Face model.
+
+Importing registers it with the Auto classes, and registers the translation pipeline that transformers 5 removed.
+"""
 
 from transformers import AutoConfig, AutoModel, AutoModelForSeq2SeqLM
 
@@ -8,6 +11,7 @@ from .modeling_vanilla_transformer import (
     VanillaTransformerModel,
     VanillaTransformerPreTrainedModel,
 )
+from .pipeline_translation import TranslationPipeline, register_translation_pipeline
 
 
 __version__ = "0.1.0"
@@ -20,8 +24,10 @@ AutoModelForSeq2SeqLM.register(VanillaTransformerConfig, VanillaTransformerForCo
 VanillaTransformerConfig.register_for_auto_class("AutoConfig")
 VanillaTransformerModel.register_for_auto_class("AutoModel")
 VanillaTransformerForConditionalGeneration.register_for_auto_class("AutoModelForSeq2SeqLM")
+register_translation_pipeline()
 
 __all__ = [
+    "TranslationPipeline",
     "VanillaTransformerConfig",
     "VanillaTransformerForConditionalGeneration",
     "VanillaTransformerModel",
