@@ -23,6 +23,7 @@ import re
 import torch
 
 from transformers import AutoModelForSeq2SeqLM, GenerationConfig, Pipeline
+from transformers.pipelines import PIPELINE_REGISTRY, REMOVED_TASKS
 from transformers.tokenization_utils_base import VERY_LARGE_INTEGER
 from transformers.utils import logging
 
@@ -137,8 +138,6 @@ def register_translation_pipeline():
     transformers 5 lists "translation" as a removed task (a `KeyError`) and only knows registered task names, so the
     task is taken off the removed list and `translation_xx_to_yy` names are resolved to it. Safe to call repeatedly.
     """
-    from transformers.pipelines import PIPELINE_REGISTRY, REMOVED_TASKS
-
     REMOVED_TASKS.pop("translation", None)
     if PIPELINE_REGISTRY.supported_tasks.get("translation", {}).get("impl") is not TranslationPipeline:
         PIPELINE_REGISTRY.register_pipeline(

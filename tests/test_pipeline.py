@@ -6,12 +6,15 @@ import os
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 import torch
 from transformers import MarianConfig, MarianMTModel, pipeline
+from transformers.pipelines import PIPELINE_REGISTRY
 
-from hf_vanilla_transformer import TranslationPipeline, VanillaTransformerForConditionalGeneration
+from hf_vanilla_transformer import TranslationPipeline, VanillaTransformerForConditionalGeneration, pipeline_translation
+from hf_vanilla_transformer.pipeline_translation import register_translation_pipeline
 
 from .conftest import tiny_config
 from .tiny_tokenizer import tiny_tokenizer
@@ -136,6 +139,13 @@ def test_a_marian_model_works_through_the_same_pipeline(tokenizer):
     assert results[0]["translation_text"] == direct_translation(marian, tokenizer, SOURCES[0], max_new_tokens=5)
 
 
+def test_the_pipeline_file_imports_only_the_standard_library_torch_and_transformers():
+    # It is copied next to the model as remote code, where this package is not installed.
+    source = Path(pipeline_translation.__file__).read_text()
+    modules = {line.split()[1].split(".")[0] for line in source.splitlines() if line.startswith(("import ", "from "))}
+    assert modules <= {"functools", "re", "torch", "transformers"}, modules
+
+
 REMOTE_SCRIPT = textwrap.dedent(
     """
     import json, sys
@@ -154,7 +164,9 @@ REMOTE_SCRIPT = textwrap.dedent(
 )
 
 
-def test_a_saved_pipeline_runs_as_remote_code_without_the_package(translator, tmp_path):
+def test_a_saved_pipeline_runs_as_remote_code_without_the_package(tokenizer, tmp_path):
+    # A pipeline of its own: Pipeline.save_pretrained sets `custom_pipelines` on the model's config.
+    translator = pipeline("translation", model=make_model(tokenizer), tokenizer=tokenizer)
     folder = tmp_path / "saved"
     translator.save_pretrained(folder)
     config = json.loads((folder / "config.json").read_text())
@@ -170,8 +182,27 @@ def test_a_saved_pipeline_runs_as_remote_code_without_the_package(translator, tm
     assert json.loads(result.stdout.strip().splitlines()[-1]) == translator(SOURCES, max_new_tokens=5)
 
 
-def test_with_the_package_imported_a_saved_folder_uses_the_local_pipeline_class(translator, tmp_path):
+def test_with_the_package_imported_a_saved_pipeline_folder_needs_trust_or_the_pipeline_class(tokenizer, tmp_path):
+    translator = pipeline("translation", model=make_model(tokenizer), tokenizer=tokenizer)
     translator.save_pretrained(tmp_path)
+    with pytest.raises(ValueError, match="trust_remote_code=True"):  # transformers checks custom_pipelines first
+        pipeline("translation", model=str(tmp_path))
     translate = pipeline("translation", model=str(tmp_path), pipeline_class=TranslationPipeline)
     assert type(translate) is TranslationPipeline
     assert translate(SOURCES[0], max_new_tokens=4) == translator(SOURCES[0], max_new_tokens=4)
+
+
+def test_a_plain_saved_folder_builds_the_local_pipeline_without_remote_code(translator, tokenizer, tmp_path):
+    make_model(tokenizer).save_pretrained(tmp_path)
+    tokenizer.save_pretrained(tmp_path)
+    translate = pipeline("translation", model=str(tmp_path))
+    assert type(translate) is TranslationPipeline
+    assert translate(SOURCES[0], max_new_tokens=4) == translator(SOURCES[0], max_new_tokens=4)
+
+
+def test_registration_is_idempotent():
+    register_translation_pipeline()
+    register_translation_pipeline()
+    assert not hasattr(PIPELINE_REGISTRY.check_task.__wrapped__, "__wrapped__")
+    assert PIPELINE_REGISTRY.check_task("translation_en_to_fr")[2] == ("en", "fr")
+    assert PIPELINE_REGISTRY.supported_tasks["translation"]["impl"] is TranslationPipeline
