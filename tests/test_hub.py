@@ -15,6 +15,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 from huggingface_hub import ModelCard
+from safetensors.torch import load_file, save_file
 from transformers import pipeline
 
 import hf_vanilla_transformer
@@ -96,6 +97,15 @@ def test_folders_with_only_pickled_weights_are_refused(tmp_path):
     (tmp_path / "pytorch_model.bin").write_bytes(b"pickle")
     with pytest.raises(ValueError, match=r"no safetensors weights \(only the pickles \['pytorch_model.bin'\]\)"):
         stage_for_hub(tmp_path, tmp_path / "out", "org/name")
+
+
+def test_weights_that_do_not_fit_the_code_are_refused_before_upload(trained_dir, tmp_path):
+    broken = tmp_path / "broken"
+    shutil.copytree(trained_dir, broken)
+    weights = load_file(broken / "model.safetensors")
+    save_file({k: v for k, v in weights.items() if "layers.1." not in k}, broken / "model.safetensors")
+    with pytest.raises(ValueError, match="do not match the model code"):
+        stage_for_hub(broken, tmp_path / "staged", "org/name")
 
 
 def test_the_card_is_a_valid_hub_card_carrying_the_measured_metrics(trained_dir, tmp_path):
