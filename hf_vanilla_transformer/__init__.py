@@ -1,4 +1,7 @@
-"""The "Attention Is All You Need" Transformer as a Hugging Face model. Importing registers it with the Auto classes."""
+"""The "Attention Is All You Need" Transformer as a Hugging Face model.
+
+Importing registers it with the Auto classes, and registers the translation pipeline that transformers 5 removed.
+"""
 
 from transformers import AutoConfig, AutoModel, AutoModelForSeq2SeqLM
 from transformers.models.auto import modeling_auto as _modeling_auto
@@ -9,6 +12,7 @@ from .modeling_vanilla_transformer import (
     VanillaTransformerModel,
     VanillaTransformerPreTrainedModel,
 )
+from .pipeline_translation import TranslationPipeline, register_translation_pipeline
 
 
 __version__ = "0.1.0"
@@ -27,8 +31,10 @@ _modeling_auto.MODEL_MAPPING_NAMES.setdefault(VanillaTransformerConfig.model_typ
 _modeling_auto.MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES.setdefault(
     VanillaTransformerConfig.model_type, "VanillaTransformerForConditionalGeneration"
 )
+register_translation_pipeline()
 
 __all__ = [
+    "TranslationPipeline",
     "VanillaTransformerConfig",
     "VanillaTransformerForConditionalGeneration",
     "VanillaTransformerModel",

@@ -1,0 +1,160 @@
+# Copyright 2026 The hf_vanilla_transformer authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""`pipeline("translation")` for transformers 5, which removed the built-in one, for any `AutoModelForSeq2SeqLM`.
+
+This file imports only torch and transformers: it ships as remote code next to the model code, and saved folders name it
+in `config.custom_pipelines`.
+"""
+
+import functools
+import re
+
+import torch
+
+from transformers import AutoModelForSeq2SeqLM, GenerationConfig, Pipeline
+from transformers.pipelines import PIPELINE_REGISTRY, REMOVED_TASKS
+from transformers.tokenization_utils_base import VERY_LARGE_INTEGER
+from transformers.utils import logging
+
+
+logger = logging.get_logger(__name__)
+
+TASK_PATTERN = re.compile(r"translation_(\w+?)_to_(\w+)")
+
+
+class TranslationPipeline(Pipeline):
+    """
+    Translates text with a sequence-to-sequence model, like the `TranslationPipeline` of transformers 4.
+
+    A string gives `[{"translation_text": ...}]`; a list gives one such dict per input (one list per input when
+    `num_return_sequences > 1`). Generation arguments (`num_beams`, `max_new_tokens`, ...) go to `generate()`, on top
+    of the model's generation config. Inputs longer than the model accepts are truncated with a warning, or raise a
+    `ValueError` with `truncation=False`. Blank inputs translate to `""` without depending on the model.
+
+    The task may name the languages, `"translation_de_to_en"`; they are kept as `src_lang` / `tgt_lang`. The model
+    decides the direction: a model trained for one language pair translates in that direction whatever the task says.
+    """
+
+    _pipeline_calls_generate = True
+    _load_tokenizer = True
+    _load_processor = False
+    _load_image_processor = False
+    _load_feature_extractor = False
+    _load_video_processor = False
+    _default_generation_config = GenerationConfig(max_new_tokens=256)
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        if self.tokenizer is None:
+            raise ValueError("The translation pipeline needs a tokenizer: pass `tokenizer=`.")
+        match = TASK_PATTERN.fullmatch(self.task or "")
+        self.src_lang, self.tgt_lang = match.groups() if match else (None, None)
+        limits = (self.tokenizer.model_max_length, getattr(self.model.config, "max_position_embeddings", None))
+        self.max_input_length = min((n for n in limits if n and n < VERY_LARGE_INTEGER), default=None)
+        if self.max_input_length is not None:
+            # The default generation budget must fit too; the decoder start token takes one position.
+            default = self._generation_defaults.get("max_new_tokens", self.max_input_length)
+            self._generation_defaults["max_new_tokens"] = min(default, self.max_input_length - 1)
+
+    def __call__(self, inputs: str | list[str], **kwargs) -> list[dict] | list[list[dict]]:
+        """Translate `inputs`; `batch_size=`, `truncation=`, `return_tensors=` and generation arguments are accepted."""
+        if isinstance(inputs, list) and not inputs:
+            return []
+        result = super().__call__(inputs, **kwargs)
+        if isinstance(inputs, list) and all(len(records) == 1 for records in result):
+            return [records[0] for records in result]
+        return result
+
+    def _sanitize_parameters(
+        self, truncation=None, return_tensors=None, clean_up_tokenization_spaces=None, **generate_kwargs
+    ):
+        # Arguments left at None keep their defaults, or the values given at construction.
+        preprocess_params, postprocess_params = {}, {}
+        if truncation is not None:
+            preprocess_params["truncation"] = truncation
+        if return_tensors is not None:
+            postprocess_params["return_tensors"] = return_tensors
+        if clean_up_tokenization_spaces is not None:
+            postprocess_params["clean_up_tokenization_spaces"] = clean_up_tokenization_spaces
+        return preprocess_params, generate_kwargs, postprocess_params
+
+    def preprocess(self, text: str, truncation: bool = True) -> dict[str, torch.Tensor]:
+        if not isinstance(text, str):
+            raise TypeError(f"The translation pipeline translates strings, got {type(text).__name__}: {text!r}.")
+        if not text.strip():
+            # Encoded as one token so that batches stay rectangular; postprocess returns "" for it.
+            token = next((t for t in (self.tokenizer.eos_token_id, self.tokenizer.pad_token_id) if t is not None), 0)
+            ids = torch.tensor([[token]])
+            return {"input_ids": ids, "attention_mask": torch.ones_like(ids), "is_blank": torch.tensor([True])}
+        inputs = self.tokenizer(text, return_tensors="pt", return_token_type_ids=False)
+        length, limit = inputs["input_ids"].shape[-1], self.max_input_length
+        if limit is not None and length > limit:
+            if not truncation:
+                raise ValueError(
+                    f"The input has {length} tokens but the model accepts at most {limit}: shorten it, or pass "
+                    "`truncation=True` to cut it."
+                )
+            logger.warning(f"Truncating an input of {length} tokens to the model's maximum of {limit}.")
+            inputs = self.tokenizer(
+                text, return_tensors="pt", return_token_type_ids=False, truncation=True, max_length=limit
+            )
+        return {**inputs, "is_blank": torch.tensor([False])}
+
+    def _forward(self, model_inputs: dict[str, torch.Tensor], **generate_kwargs) -> dict[str, torch.Tensor]:
+        is_blank = model_inputs.pop("is_blank")
+        output_ids = self.model.generate(**model_inputs, **self._prepare_generate_kwargs(generate_kwargs))
+        batch_size = model_inputs["input_ids"].shape[0]
+        # (b * num_return_sequences, t) -> (b, num_return_sequences, t): the pipeline unbatches along the first axis.
+        return {"output_ids": output_ids.reshape(batch_size, -1, output_ids.shape[-1]), "is_blank": is_blank}
+
+    def postprocess(self, model_outputs, return_tensors: bool = False, clean_up_tokenization_spaces: bool = False):
+        is_blank = bool(model_outputs["is_blank"][0])
+        records = []
+        for ids in model_outputs["output_ids"][0]:
+            if return_tensors:
+                records.append({"translation_token_ids": ids[:0] if is_blank else ids})
+            else:
+                text = self.tokenizer.decode(
+                    ids, skip_special_tokens=True, clean_up_tokenization_spaces=clean_up_tokenization_spaces
+                )
+                records.append({"translation_text": "" if is_blank else text})
+        return records
+
+
+def register_translation_pipeline():
+    """Make `pipeline("translation")` and `pipeline("translation_xx_to_yy")` build a [`TranslationPipeline`].
+
+    transformers 5 lists "translation" as a removed task (a `KeyError`) and only knows registered task names, so the
+    task is taken off the removed list and `translation_xx_to_yy` names are resolved to it. Safe to call repeatedly.
+    """
+    REMOVED_TASKS.pop("translation", None)
+    if PIPELINE_REGISTRY.supported_tasks.get("translation", {}).get("impl") is not TranslationPipeline:
+        PIPELINE_REGISTRY.register_pipeline(
+            "translation", pipeline_class=TranslationPipeline, pt_model=AutoModelForSeq2SeqLM, type="text"
+        )
+    check_task = PIPELINE_REGISTRY.check_task
+    if not hasattr(check_task, "__wrapped__"):
+
+        @functools.wraps(check_task)
+        def check_task_with_languages(task: str):
+            match = TASK_PATTERN.fullmatch(task)
+            if match:
+                name, targeted_task, _ = check_task("translation")
+                return name, targeted_task, match.groups()
+            return check_task(task)
+
+        PIPELINE_REGISTRY.check_task = check_task_with_languages
+
+
+__all__ = ["TranslationPipeline", "register_translation_pipeline"]
