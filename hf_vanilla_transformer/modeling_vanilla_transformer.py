@@ -278,12 +278,11 @@ class VanillaTransformerPreTrainedModel(PreTrainedModel):
     @torch.no_grad()
     def _init_weights(self, module: nn.Module):
         if isinstance(module, nn.Linear):
-            init.xavier_uniform_(module.weight)
+            init.normal_(module.weight, mean=0.0, std=self.config.init_std)
             if module.bias is not None:
                 init.zeros_(module.bias)
         elif isinstance(module, nn.Embedding):
-            std = self.config.init_std if self.config.init_std is not None else self.config.d_model**-0.5
-            init.normal_(module.weight, mean=0.0, std=std)
+            init.normal_(module.weight, mean=0.0, std=self.config.init_std)
             if module.padding_idx is not None and not getattr(module.weight, "_is_hf_initialized", False):
                 init.zeros_(module.weight[module.padding_idx])
         elif isinstance(module, nn.LayerNorm):

@@ -84,6 +84,8 @@ class TimeBudgetCallback(TrainerCallback):
 
     def on_train_begin(self, args, state, control, **kwargs):
         self.start = time.monotonic()
+        if state.is_world_process_zero:
+            print(f"Training for at most {self.seconds / 60:g} minutes (the progress bar counts to the epoch limit).")
 
     def on_step_end(self, args, state, control, **kwargs):
         stop = torch.tensor(float(time.monotonic() - self.start >= self.seconds), device=args.device)
@@ -93,6 +95,17 @@ class TimeBudgetCallback(TrainerCallback):
             control.should_training_stop = True
             control.should_save = True
         return control
+
+
+def fast_bf16_available() -> bool:
+    """Whether bf16 autocast speeds training up here: a GPU with bf16, or a CPU with AVX-512 BF16 or AMX tiles.
+
+    Elsewhere bf16 on the CPU is emulated and slower than float32.
+    """
+    if torch.cuda.is_available():
+        return torch.cuda.is_bf16_supported()
+    cpu = torch.cpu
+    return bool(getattr(cpu, "_is_avx512_bf16_supported", lambda: False)() or getattr(cpu, "_is_amx_tile_supported", lambda: False)())
 
 
 def write_json(path, data) -> None:

@@ -40,6 +40,7 @@ from hf_vanilla_transformer.training import (
     TranslationTrainer,
     build_compute_metrics,
     epochs_seen,
+    fast_bf16_available,
     label_smoothed_cross_entropy,
     noam_learning_rate,
     write_json,
@@ -83,10 +84,10 @@ class DataArguments:
     train_file: str | None = field(default=None, metadata={"help": "Local JSON Lines / TSV / CSV corpus (and the two below)."})
     validation_file: str | None = field(default=None)
     test_file: str | None = field(default=None)
-    max_source_length: int = field(default=128, metadata={"help": "Longer sources are truncated."})
-    max_target_length: int = field(default=128, metadata={"help": "Longer targets are truncated."})
+    max_source_length: int = field(default=64, metadata={"help": "Longer sources are truncated (the demo's longest has 41 tokens)."})
+    max_target_length: int = field(default=64, metadata={"help": "Longer targets are truncated; also the generation length limit."})
     max_train_samples: int | None = field(default=None)
-    max_eval_samples: int | None = field(default=500, metadata={"help": "Validation pairs scored at each evaluation during training."})
+    max_eval_samples: int | None = field(default=200, metadata={"help": "Validation pairs scored at each evaluation during training."})
     max_test_samples: int | None = field(default=None)
     preprocessing_num_workers: int | None = field(default=None)
 # fmt: skip
@@ -116,9 +117,9 @@ DEMO_DEFAULTS = dict(
     num_train_epochs=100,  # the time budget ends the demo first
     train_sampling_strategy="group_by_length",
     eval_strategy="steps",
-    eval_steps=500,
+    eval_steps=400,
     save_strategy="steps",
-    save_steps=500,
+    save_steps=400,
     save_total_limit=5,
     logging_steps=50,
     predict_with_generate=True,
@@ -131,7 +132,10 @@ DEMO_DEFAULTS = dict(
 
 def parse_args():
     parser = HfArgumentParser((ModelArguments, DataArguments, RecipeArguments, Seq2SeqTrainingArguments))
-    parser.set_defaults(**DEMO_DEFAULTS, dataloader_pin_memory=torch.cuda.is_available())
+    # bf16 autocast where the hardware runs it natively: 1.4x the demo's training speed on an AVX-512 BF16 CPU.
+    bf16 = fast_bf16_available()
+    parser.set_defaults(**DEMO_DEFAULTS, bf16=bf16, use_cpu=bf16 and not torch.cuda.is_available(),
+                        dataloader_pin_memory=torch.cuda.is_available())
     return parser.parse_args_into_dataclasses()
 
 

@@ -54,6 +54,7 @@ def test_auto_config_builds_it_by_model_type():
         (dict(activation_function="swishy"), "activation_function"),
         (dict(layer_norm_eps=0), "layer_norm_eps"),
         (dict(init_std=-1.0), "init_std"),
+        (dict(init_std=None), "init_std"),
         (dict(vocab_size=100, pad_token_id=100), "pad_token_id"),
         (dict(vocab_size=100, eos_token_id=[2, 150]), "eos_token_id"),
         (dict(bos_token_id=-1), "bos_token_id"),

@@ -208,11 +208,13 @@ def test_resize_token_embeddings_keeps_ties_and_runs(tie):
     assert model(input_ids=ids, decoder_input_ids=ids).logits.shape == (1, 3, 120)
 
 
-def test_embeddings_init_gives_unit_variance_after_scaling_and_zero_padding_row():
-    model = VanillaTransformerForConditionalGeneration(tiny_config(vocab_size=2000, d_model=64, encoder_attention_heads=4))
+def test_init_is_normal_with_init_std_zero_biases_and_a_zero_padding_row():
+    model = VanillaTransformerForConditionalGeneration(tiny_config(vocab_size=2000, d_model=64, init_std=0.05))
     weight = model.model.shared.weight
     assert torch.all(weight[0] == 0)
-    assert abs((weight[1:] * 8).std().item() - 1.0) < 0.05
+    assert abs(weight[1:].std().item() - 0.05) < 0.002
+    fc1 = model.model.encoder.layers[0].fc1
+    assert abs(fc1.weight.std().item() - 0.05) < 0.005 and torch.all(fc1.bias == 0)
 
 
 # --- masks, backends, numerics ---------------------------------------------------------------------------------------
