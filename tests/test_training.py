@@ -30,7 +30,7 @@ PAIRS = [
     ("Danke schön.", "Thank you."), ("Komm her!", "Come here!"),
 ]  # fmt: skip
 TINY_MODEL = ["--d_model", "32", "--ffn_dim", "64", "--attention_heads", "2", "--encoder_layers", "1",
-              "--decoder_layers", "1", "--vocab_size", "120", "--max_train_minutes", "0"]  # fmt: skip
+              "--decoder_layers", "1", "--vocab_size", "120", "--max_train_minutes", "0", "--bf16", "False"]  # fmt: skip
 
 
 def write_jsonl(path, pairs):
@@ -183,12 +183,12 @@ def test_bleu_chrf_metric_loads_offline_and_matches_sacrebleu():
 def test_training_overfits_a_few_pairs_and_the_folder_is_ready_to_share(pairs_file, tmp_path):
     out = tmp_path / "run"
     run_training("--output_dir", out, "--train_file", pairs_file, "--validation_file", pairs_file, "--test_file",
-                 pairs_file, *TINY_MODEL, "--max_steps", 150, "--per_device_train_batch_size", 8, "--dropout", 0,
-                 "--warmup_steps", 10, "--learning_rate", 3e-3, "--eval_steps", 75, "--save_steps", 75,
+                 pairs_file, *TINY_MODEL, "--max_steps", 200, "--per_device_train_batch_size", 8, "--dropout", 0,
+                 "--warmup_steps", 10, "--learning_rate", 1e-2, "--eval_steps", 100, "--save_steps", 100,
                  "--logging_steps", 10, "--translate", "Wo ist Tom?")  # fmt: skip
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["test"]["bleu"] == pytest.approx(100.0) and metrics["test"]["num_samples"] == len(PAIRS)
-    assert metrics["training"]["steps"] == 150 and metrics["training"]["label_smoothing"] == 0.1
+    assert metrics["training"]["steps"] == 200 and metrics["training"]["label_smoothing"] == 0.1
     files = {p.name for p in out.iterdir()}
     assert {"model.safetensors", "config.json", "generation_config.json", "tokenizer.json", "training_curves.png",
             "modeling_vanilla_transformer.py", "configuration_vanilla_transformer.py"} <= files  # fmt: skip
