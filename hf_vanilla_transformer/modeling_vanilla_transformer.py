@@ -85,6 +85,29 @@ def _check_padding_mask(mask: torch.Tensor | None, name: str, batch_size: int, l
         )
 
 
+def _real_token_index(mask: torch.Tensor | None) -> torch.Tensor | None:
+    """Flat (b*t) indices of the real tokens of a 2D mask; None when nothing is padding (or under torch.compile,
+    where the data-dependent size would break the graph)."""
+    if mask is None or mask.dim() != 2 or is_torchdynamo_compiling():
+        return None
+    index = mask.flatten().nonzero().squeeze(-1)
+    return None if index.numel() == mask.numel() else index
+
+
+def _on_tokens(fn: Callable, hidden_states: torch.Tensor, token_index: torch.Tensor | None) -> torch.Tensor:
+    """Apply a position-wise `fn` to the real tokens only; padded positions come back as zeros.
+
+    Linear layers are nearly all of the work, so skipping padding makes a padded batch cost about what its real tokens
+    cost. Results at real positions are unchanged.
+    """
+    if token_index is None:
+        return fn(hidden_states)
+    flat = hidden_states.flatten(0, 1)  # (b*t, d)
+    out = fn(flat.index_select(0, token_index))  # (n, d')
+    out = out.new_zeros(flat.shape[0], out.shape[-1]).index_copy(0, token_index, out)
+    return out.view(*hidden_states.shape[:-1], -1)
+
+
 class VanillaTransformerSinusoidalPositionalEncoding(nn.Module):
     """PE(pos, 2i) = sin(pos / 10000^(2i/d)), PE(pos, 2i+1) = cos(pos / 10000^(2i/d)) (section 3.5).
 
@@ -147,11 +170,14 @@ class VanillaTransformerAttention(nn.Module):
         key_value_states: torch.Tensor | None = None,  # encoder output (b, s, d) for cross-attention
         past_key_values: EncoderDecoderCache | None = None,
         attention_mask: torch.Tensor | None = None,
+        token_index: torch.Tensor | None = None,  # real tokens of `hidden_states` (see `_on_tokens`)
+        key_token_index: torch.Tensor | None = None,  # real tokens of `key_value_states`
         **kwargs,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         is_cross_attention = key_value_states is not None
         input_shape = hidden_states.shape[:-1]
-        query = self.q_proj(hidden_states).view(*input_shape, -1, self.head_dim).transpose(1, 2)  # (b, h, t, dh)
+        query = _on_tokens(self.q_proj, hidden_states, token_index)
+        query = query.view(*input_shape, -1, self.head_dim).transpose(1, 2)  # (b, h, t, dh)
 
         cache = None
         if past_key_values is not None:
@@ -161,9 +187,10 @@ class VanillaTransformerAttention(nn.Module):
             key, value = cache.layers[self.layer_idx].keys, cache.layers[self.layer_idx].values
         else:
             source = key_value_states if is_cross_attention else hidden_states
+            source_index = key_token_index if is_cross_attention else token_index
             kv_shape = (*source.shape[:-1], -1, self.head_dim)
-            key = self.k_proj(source).view(kv_shape).transpose(1, 2)  # (b, h, k, dh)
-            value = self.v_proj(source).view(kv_shape).transpose(1, 2)
+            key = _on_tokens(self.k_proj, source, source_index).view(kv_shape).transpose(1, 2)  # (b, h, k, dh)
+            value = _on_tokens(self.v_proj, source, source_index).view(kv_shape).transpose(1, 2)
             if cache is not None:
                 key, value = cache.update(key, value, self.layer_idx)
                 if is_cross_attention:
@@ -182,7 +209,7 @@ class VanillaTransformerAttention(nn.Module):
             scaling=self.scaling,
             **kwargs,
         )
-        return self.out_proj(output.reshape(*input_shape, -1)), weights
+        return _on_tokens(self.out_proj, output.reshape(*input_shape, -1), token_index), weights
 
 
 class VanillaTransformerLayer(GradientCheckpointingLayer):
@@ -223,12 +250,18 @@ class VanillaTransformerEncoderLayer(VanillaTransformerLayer):
         self.self_attn_layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
         self.add_feed_forward(config, config.encoder_ffn_dim)
 
-    def forward(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None = None, **kwargs) -> torch.Tensor:
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        token_index: torch.Tensor | None = None,
+        **kwargs,
+    ) -> torch.Tensor:
         def self_attention(x):
-            return self.self_attn(x, attention_mask=attention_mask, **kwargs)[0]
+            return self.self_attn(x, attention_mask=attention_mask, token_index=token_index, **kwargs)[0]
 
         hidden_states = self.residual(hidden_states, self.self_attn_layer_norm, self_attention)
-        return self.residual(hidden_states, self.final_layer_norm, self.feed_forward)
+        return self.residual(hidden_states, self.final_layer_norm, lambda x: _on_tokens(self.feed_forward, x, token_index))
 
 
 class VanillaTransformerDecoderLayer(VanillaTransformerLayer):
@@ -247,19 +280,29 @@ class VanillaTransformerDecoderLayer(VanillaTransformerLayer):
         encoder_hidden_states: torch.Tensor | None = None,
         encoder_attention_mask: torch.Tensor | None = None,
         past_key_values: EncoderDecoderCache | None = None,
+        token_index: torch.Tensor | None = None,
+        encoder_token_index: torch.Tensor | None = None,
         **kwargs,
     ) -> torch.Tensor:
         def self_attention(x):
-            return self.self_attn(x, past_key_values=past_key_values, attention_mask=attention_mask, **kwargs)[0]
+            return self.self_attn(
+                x, past_key_values=past_key_values, attention_mask=attention_mask, token_index=token_index, **kwargs
+            )[0]
 
         def cross_attention(x):
             return self.encoder_attn(
-                x, encoder_hidden_states, past_key_values=past_key_values, attention_mask=encoder_attention_mask, **kwargs
+                x,
+                encoder_hidden_states,
+                past_key_values=past_key_values,
+                attention_mask=encoder_attention_mask,
+                token_index=token_index,
+                key_token_index=encoder_token_index,
+                **kwargs,
             )[0]
 
         hidden_states = self.residual(hidden_states, self.self_attn_layer_norm, self_attention)
         hidden_states = self.residual(hidden_states, self.encoder_attn_layer_norm, cross_attention)
-        return self.residual(hidden_states, self.final_layer_norm, self.feed_forward)
+        return self.residual(hidden_states, self.final_layer_norm, lambda x: _on_tokens(self.feed_forward, x, token_index))
 
 
 class VanillaTransformerPreTrainedModel(PreTrainedModel):
@@ -368,11 +411,12 @@ class VanillaTransformerEncoder(VanillaTransformerPreTrainedModel):
         hidden_states = inputs_embeds * self.embed_scale + positions
         hidden_states = nn.functional.dropout(hidden_states, p=self.config.dropout, training=self.training)
 
+        token_index = _real_token_index(attention_mask)
         attention_mask = create_bidirectional_mask(
             config=self.config, inputs_embeds=inputs_embeds, attention_mask=attention_mask
         )
         for encoder_layer in self.layers:
-            hidden_states = encoder_layer(hidden_states, attention_mask, **kwargs)
+            hidden_states = encoder_layer(hidden_states, attention_mask, token_index=token_index, **kwargs)
         if self.layer_norm is not None:
             hidden_states = self.layer_norm(hidden_states)
         return BaseModelOutput(last_hidden_state=hidden_states)
@@ -436,6 +480,8 @@ class VanillaTransformerDecoder(VanillaTransformerPreTrainedModel):
         hidden_states = inputs_embeds * self.embed_scale + positions
         hidden_states = nn.functional.dropout(hidden_states, p=self.config.dropout, training=self.training)
 
+        token_index = _real_token_index(attention_mask[:, -length:] if attention_mask is not None else None)
+        encoder_token_index = _real_token_index(encoder_attention_mask)
         self_attention_cache = past_key_values.self_attention_cache if past_key_values is not None else None
         causal_mask = create_causal_mask(
             config=self.config, inputs_embeds=inputs_embeds, attention_mask=attention_mask, past_key_values=self_attention_cache
@@ -453,6 +499,8 @@ class VanillaTransformerDecoder(VanillaTransformerPreTrainedModel):
                 encoder_hidden_states,  # positional, so that reentrant gradient checkpointing sees it
                 encoder_attention_mask=encoder_attention_mask,
                 past_key_values=past_key_values,
+                token_index=token_index,
+                encoder_token_index=encoder_token_index,
                 **kwargs,
             )
         if self.layer_norm is not None:
@@ -569,9 +617,20 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
         decoder_inputs_embeds: torch.Tensor | None = None,
         labels: torch.LongTensor | None = None,  # (b, t); -100 marks positions without a target
         use_cache: bool | None = None,
+        label_smoothing: float = 0.0,
         **kwargs: Unpack[TransformersKwargs],
     ) -> Seq2SeqLMOutput:
+        r"""
+        labels (`torch.LongTensor` of shape `(batch_size, target_length)`, *optional*):
+            Target token ids; -100 marks positions without a target. Without `decoder_input_ids`, the decoder reads the
+            labels shifted right behind `decoder_start_token_id`. In training mode, positions without a target are
+            not projected to the vocabulary (their logits are 0): the loss does not need them.
+        label_smoothing (`float`, defaults to 0.0):
+            Label smoothing of the loss (section 5.4 of the paper uses 0.1).
+        """
         num_items_in_batch = kwargs.pop("num_items_in_batch", None)
+        if not 0.0 <= label_smoothing < 1.0:
+            raise ValueError(f"`label_smoothing` must be in [0, 1), got {label_smoothing}.")
         if labels is not None:
             _check_labels(labels, input_ids if input_ids is not None else inputs_embeds, self.config)
             use_cache = False
@@ -590,8 +649,17 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
             use_cache=use_cache,
             **kwargs,
         )
-        logits = self.lm_head(outputs.last_hidden_state)  # (b, t, v)
-        loss = seq2seq_cross_entropy(logits, labels, num_items_in_batch) if labels is not None else None
+        hidden_states, loss = outputs.last_hidden_state, None
+        label_index = _real_token_index(labels != -100) if labels is not None and self.training else None
+        if label_index is not None:
+            # Training: project only the positions that have a target, and take the loss on those rows directly.
+            target_logits = self.lm_head(hidden_states.flatten(0, 1).index_select(0, label_index))  # (n, v)
+            loss = seq2seq_cross_entropy(target_logits, labels.flatten()[label_index], num_items_in_batch, label_smoothing)
+            logits = _on_tokens(lambda _: target_logits, hidden_states, label_index)
+        else:
+            logits = self.lm_head(hidden_states)  # (b, t, v)
+            if labels is not None:
+                loss = seq2seq_cross_entropy(logits, labels, num_items_in_batch, label_smoothing)
         return Seq2SeqLMOutput(
             loss=loss,
             logits=logits,
@@ -620,15 +688,19 @@ def _check_labels(labels: torch.Tensor, source: torch.Tensor | None, config: Van
 
 
 def seq2seq_cross_entropy(
-    logits: torch.Tensor, labels: torch.Tensor, num_items_in_batch: torch.Tensor | int | None = None
+    logits: torch.Tensor,
+    labels: torch.Tensor,
+    num_items_in_batch: torch.Tensor | int | None = None,
+    label_smoothing: float = 0.0,
 ) -> torch.Tensor:
-    """Token-level cross-entropy, ignoring -100, summed then divided by the number of target tokens.
+    """Token-level (label-smoothed) cross-entropy over the targets that are not -100, divided by their number.
 
     `num_items_in_batch` (passed by `Trainer`) is the token count of the whole accumulated batch, so that gradient
     accumulation gives the same update as one large batch. A batch without any target token has loss 0, not NaN.
     """
+    logits, labels = logits.reshape(-1, logits.shape[-1]), labels.flatten().to(logits.device)
     loss = nn.functional.cross_entropy(
-        logits.flatten(0, 1).float(), labels.flatten().to(logits.device), ignore_index=-100, reduction="sum"
+        logits.float(), labels, ignore_index=-100, reduction="sum", label_smoothing=label_smoothing
     )
     if num_items_in_batch is None:
         num_items_in_batch = (labels != -100).sum().clamp(min=1)

@@ -1,5 +1,6 @@
 """The paper's training recipe (section 5) on `Seq2SeqTrainer`: loss, learning rate, metrics, time budget."""
 
+import inspect
 import json
 import math
 import time
@@ -8,7 +9,7 @@ from pathlib import Path
 import evaluate
 import numpy as np
 import torch
-from transformers import Seq2SeqTrainer, TrainerCallback
+from transformers import DataCollatorForSeq2Seq, Seq2SeqTrainer, TrainerCallback
 
 
 BLEU_CHRF_PATH = str(Path(__file__).parent / "bleu_chrf")
@@ -43,12 +44,45 @@ def label_smoothed_cross_entropy(epsilon: float):
     return compute_loss
 
 
-class TranslationTrainer(Seq2SeqTrainer):
-    """`Seq2SeqTrainer` whose distributed evaluation scores every example exactly once.
+class TranslationDataCollator(DataCollatorForSeq2Seq):
+    """`DataCollatorForSeq2Seq` that also marks the target padding it adds in `decoder_attention_mask`.
 
-    `Seq2SeqTrainer` gathers predictions with `accelerator.gather`, which keeps the examples that the distributed sampler
-    repeats to fill the last batch; BLEU would then count them twice.
+    With that mask the model skips padded target positions; labels of -100 inside a target stay real decoder inputs.
     """
+
+    def __call__(self, features, return_tensors=None):
+        lengths = [len(feature["labels"]) for feature in features] if "labels" in features[0] else None
+        batch = super().__call__(features, return_tensors)
+        if lengths is not None and "decoder_input_ids" in batch:
+            positions = torch.arange(batch["labels"].shape[1])
+            batch["decoder_attention_mask"] = (positions[None, :] < torch.tensor(lengths)[:, None]).long()
+        return batch
+
+
+class TranslationTrainer(Seq2SeqTrainer):
+    """`Seq2SeqTrainer` for translation: label smoothing inside the model's loss, exact distributed evaluation.
+
+    - `label_smoothing` goes to models whose `forward` takes it (ours): one fused loss over the target tokens instead
+      of transformers' `LabelSmoother` over the full logits; other models (MarianMT) get the same loss from
+      `label_smoothed_cross_entropy`.
+    - `Seq2SeqTrainer` gathers predictions with `accelerator.gather`, which keeps the examples that the distributed
+      sampler repeats to fill the last batch; BLEU would count them twice. This gathers with `gather_for_metrics`.
+    """
+
+    def __init__(self, *args, label_smoothing: float = 0.0, **kwargs):
+        model = kwargs.get("model", args[0] if args else None)
+        self.label_smoothing = label_smoothing
+        self.model_takes_label_smoothing = "label_smoothing" in inspect.signature(model.forward).parameters
+        if label_smoothing and not self.model_takes_label_smoothing:
+            kwargs.setdefault("compute_loss_func", label_smoothed_cross_entropy(label_smoothing))
+        super().__init__(*args, **kwargs)
+        if self.args.label_smoothing_factor:
+            raise ValueError("Pass label smoothing to TranslationTrainer(label_smoothing=...), not label_smoothing_factor.")
+
+    def compute_loss(self, model, inputs, *args, **kwargs):
+        if self.label_smoothing and self.model_takes_label_smoothing and "labels" in inputs:
+            inputs = {**inputs, "label_smoothing": self.label_smoothing}
+        return super().compute_loss(model, inputs, *args, **kwargs)
 
     def evaluation_loop(self, *args, **kwargs):
         self.gather_function = self.accelerator.gather_for_metrics

@@ -22,7 +22,6 @@ import transformers
 from transformers import (
     AutoModelForSeq2SeqLM,
     AutoTokenizer,
-    DataCollatorForSeq2Seq,
     HfArgumentParser,
     MarianConfig,
     MarianMTModel,
@@ -37,11 +36,11 @@ from hf_vanilla_transformer.plotting import plot_training_curves
 from hf_vanilla_transformer.tokenization import check_tokenizer_matches_config, train_shared_bpe_tokenizer
 from hf_vanilla_transformer.training import (
     TimeBudgetCallback,
+    TranslationDataCollator,
     TranslationTrainer,
     build_compute_metrics,
     epochs_seen,
     fast_bf16_available,
-    label_smoothed_cross_entropy,
     noam_learning_rate,
     write_json,
 )
@@ -223,7 +222,7 @@ def main():
         datasets = tokenize_corpus(corpus, tokenizer, data_args.source_lang, data_args.target_lang,
                                    data_args.max_source_length, data_args.max_target_length, limits,
                                    data_args.preprocessing_num_workers)  # fmt: skip
-    epsilon, training_args.label_smoothing_factor = training_args.label_smoothing_factor, 0.0  # applied by our loss
+    epsilon, training_args.label_smoothing_factor = training_args.label_smoothing_factor, 0.0  # TranslationTrainer's
     callbacks = [TimeBudgetCallback(recipe_args.max_train_minutes)] if recipe_args.max_train_minutes > 0 else []
     trainer = TranslationTrainer(
         model=model,
@@ -231,9 +230,9 @@ def main():
         train_dataset=datasets["train"],
         eval_dataset=datasets.get("validation"),
         processing_class=tokenizer,
-        data_collator=DataCollatorForSeq2Seq(tokenizer, model=model, label_pad_token_id=-100),
+        data_collator=TranslationDataCollator(tokenizer, model=model, label_pad_token_id=-100),
         compute_metrics=build_compute_metrics(tokenizer),
-        compute_loss_func=label_smoothed_cross_entropy(epsilon),
+        label_smoothing=epsilon,
         callbacks=callbacks,
     )
     train_result = trainer.train(resume_from_checkpoint=resume_from)

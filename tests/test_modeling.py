@@ -425,3 +425,51 @@ def test_every_parameter_gets_a_gradient():
         input_ids, attention_mask, labels = random_batch()
         model(input_ids=input_ids, attention_mask=attention_mask, labels=labels).loss.backward()
         assert [n for n, p in model.named_parameters() if p.grad is None] == []
+
+
+# --- padding is skipped, not computed ---------------------------------------------------------------------------------
+
+
+def test_a_padded_training_batch_gives_the_gradients_of_its_rows_alone():
+    """Position-wise layers skip padded tokens; the result must be what each sequence gives on its own."""
+    model = make_model(dropout=0.0).train()
+    input_ids, attention_mask, labels = random_batch()
+    decoder_attention_mask = (labels != -100).long()
+    n = int(decoder_attention_mask.sum())
+
+    def grads(**batch):
+        model.zero_grad()
+        model(**batch, num_items_in_batch=torch.tensor(n), label_smoothing=0.1).loss.backward()
+        return {name: p.grad.clone() for name, p in model.named_parameters()}
+
+    batched = grads(input_ids=input_ids, attention_mask=attention_mask, labels=labels,
+                    decoder_attention_mask=decoder_attention_mask)  # fmt: skip
+    rows = [grads(input_ids=input_ids[i, attention_mask[i].bool()][None], labels=labels[i, labels[i] != -100][None])
+            for i in range(3)]  # fmt: skip
+    for name, grad in batched.items():
+        torch.testing.assert_close(grad, sum(row[name] for row in rows), atol=1e-6, rtol=1e-4, msg=name)
+
+
+def test_training_mode_projects_only_positions_with_a_target():
+    model = make_model(dropout=0.0)
+    input_ids, attention_mask, labels = random_batch()
+    model.eval()
+    full = model(input_ids=input_ids, attention_mask=attention_mask, labels=labels)
+    model.train()
+    sparse = model(input_ids=input_ids, attention_mask=attention_mask, labels=labels)
+    has_target = labels != -100
+    assert torch.all(sparse.logits[~has_target] == 0)
+    torch.testing.assert_close(sparse.logits[has_target], full.logits[has_target], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(sparse.loss, full.loss, atol=1e-6, rtol=1e-6)
+
+
+def test_label_smoothing_matches_transformers_label_smoother():
+    from transformers.trainer_pt_utils import LabelSmoother
+
+    model = make_model(dropout=0.0)
+    input_ids, attention_mask, labels = random_batch()
+    out = model(input_ids=input_ids, attention_mask=attention_mask, labels=labels, label_smoothing=0.1)
+    reference = LabelSmoother(epsilon=0.1)(out, labels)
+    torch.testing.assert_close(out.loss, reference, atol=1e-6, rtol=1e-6)
+    with pytest.raises(ValueError, match="label_smoothing"):
+        model(input_ids=input_ids, labels=labels, label_smoothing=1.0)

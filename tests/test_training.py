@@ -272,3 +272,14 @@ def test_two_processes_train_and_evaluate_like_one_with_the_same_global_batch(tm
         assert losses_two[step] == pytest.approx(losses_one[step], rel=1e-4), step
     assert one["test"]["num_samples"] == two["test"]["num_samples"] == 7  # every pair scored once
     assert two["test"]["bleu"] == pytest.approx(one["test"]["bleu"], abs=1e-6)
+
+
+def test_collator_marks_target_padding_in_the_decoder_attention_mask(tokenizer):
+    from hf_vanilla_transformer.training import TranslationDataCollator
+
+    model = VanillaTransformerForConditionalGeneration(tiny_config(vocab_size=500))
+    features = [{"input_ids": [5, 6, 2], "labels": [7, -100, 8, 2]}, {"input_ids": [9, 2], "labels": [10, 2]}]
+    batch = TranslationDataCollator(tokenizer, model=model, label_pad_token_id=-100)(features)
+    # an ignored label inside a target (-100 at position 1) stays a real decoder position; only added padding is 0
+    assert batch["decoder_attention_mask"].tolist() == [[1, 1, 1, 1], [1, 1, 0, 0]]
+    assert batch["labels"][1].tolist() == [10, 2, -100, -100]
