@@ -131,6 +131,9 @@ class VanillaTransformerConfig(PreTrainedConfig):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
                 fail(name, "a probability in [0, 1)")
+        for name in ("scale_embedding", "norm_first", "tie_word_embeddings", "use_cache", "is_encoder_decoder"):
+            if not isinstance(getattr(self, name), bool):
+                fail(name, "True or False")
         if self.activation_function not in ACT2FN:
             fail("activation_function", f"one of {sorted(ACT2FN)}")
         if isinstance(self.layer_norm_eps, bool) or not isinstance(self.layer_norm_eps, (int, float)) or self.layer_norm_eps <= 0:  # fmt: skip

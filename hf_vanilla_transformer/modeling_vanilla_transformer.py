@@ -342,6 +342,18 @@ class VanillaTransformerPreTrainedModel(PreTrainedModel):
             )
         return embeddings
 
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path, *args, **kwargs):
+        try:
+            return super().from_pretrained(pretrained_model_name_or_path, *args, **kwargs)
+        except Exception as error:
+            if type(error).__name__ != "SafetensorError":
+                raise
+            raise OSError(
+                f"The safetensors weights of {pretrained_model_name_or_path} cannot be read ({error}): the file is "
+                "corrupt or only partially downloaded (a git-lfs pointer, an interrupted copy). Download it again."
+            ) from error
+
     def save_pretrained(self, save_directory, *args, **kwargs):
         if self._auto_class is not None:
             # transformers maps only the saved class; map both so that AutoModel and AutoModelForSeq2SeqLM load the
@@ -402,6 +414,7 @@ class VanillaTransformerEncoder(VanillaTransformerPreTrainedModel):
         _check_token_ids(input_ids, "input_ids", self.config)
         if inputs_embeds is None:
             inputs_embeds = self.embed_tokens(input_ids)
+        inputs_embeds = inputs_embeds.to(self.embed_tokens.weight.dtype)  # e.g. float32 embeddings into a half model
         batch_size, length = inputs_embeds.shape[:2]
         _check_padding_mask(attention_mask, "attention_mask", batch_size, length)
         _check_length("The source sequence", length, self.config)
@@ -465,6 +478,7 @@ class VanillaTransformerDecoder(VanillaTransformerPreTrainedModel):
         _check_token_ids(input_ids, "decoder_input_ids", self.config, check_range=is_torchdynamo_compiling() or past_length == 0)
         if inputs_embeds is None:
             inputs_embeds = self.embed_tokens(input_ids)
+        inputs_embeds = inputs_embeds.to(self.embed_tokens.weight.dtype)
         batch_size, length = inputs_embeds.shape[:2]
         if encoder_hidden_states.shape[0] != batch_size:
             raise ValueError(
@@ -603,6 +617,16 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
 
     def prepare_decoder_input_ids_from_labels(self, labels: torch.Tensor) -> torch.Tensor:
         return shift_tokens_right(labels, self.config.pad_token_id, self.config.decoder_start_token_id)
+
+    def _validate_generated_length(self, generation_config, input_ids_length, has_default_max_length):
+        super()._validate_generated_length(generation_config, input_ids_length, has_default_max_length)
+        # Fail before decoding rather than after generating max_position_embeddings tokens.
+        if generation_config.max_length > self.config.max_position_embeddings:
+            raise ValueError(
+                f"generate() would produce up to {generation_config.max_length} target positions but the model "
+                f"supports at most max_position_embeddings={self.config.max_position_embeddings}: lower "
+                "`max_new_tokens` / `max_length`."
+            )
 
     @can_return_tuple
     def forward(

@@ -58,6 +58,7 @@ class TranslationPipeline(Pipeline):
         super().__init__(*args, **kwargs)
         if self.tokenizer is None:
             raise ValueError("The translation pipeline needs a tokenizer: pass `tokenizer=`.")
+        _check_tokenizer_fits_model(self.tokenizer, self.model.config)
         match = TASK_PATTERN.fullmatch(self.task or "")
         self.src_lang, self.tgt_lang = match.groups() if match else (None, None)
         limits = (self.tokenizer.model_max_length, getattr(self.model.config, "max_position_embeddings", None))
@@ -130,6 +131,20 @@ class TranslationPipeline(Pipeline):
                 )
                 records.append({"translation_text": "" if is_blank else text})
         return records
+
+
+def _check_tokenizer_fits_model(tokenizer, config):
+    """A tokenizer from another model would translate into nonsense, or fail deep inside the embedding lookup."""
+    vocab_size = getattr(config, "vocab_size", None)
+    if vocab_size is not None and len(tokenizer) > vocab_size:
+        raise ValueError(
+            f"The tokenizer has {len(tokenizer)} tokens but the model's vocabulary has {vocab_size}: they do not belong "
+            "together. Load the tokenizer saved with the model."
+        )
+    for name in ("pad_token_id", "eos_token_id"):
+        ours, theirs = getattr(tokenizer, name, None), getattr(config, name, None)
+        if isinstance(ours, int) and isinstance(theirs, int) and ours != theirs:
+            raise ValueError(f"tokenizer.{name} is {ours} but the model's config.{name} is {theirs}: they must agree.")
 
 
 def register_translation_pipeline():

@@ -10,6 +10,7 @@ import evaluate
 import numpy as np
 import torch
 from transformers import DataCollatorForSeq2Seq, Seq2SeqTrainer, TrainerCallback
+from transformers.trainer_pt_utils import LengthGroupedSampler, get_length_grouped_indices, safe_globals
 
 
 BLEU_CHRF_PATH = str(Path(__file__).parent / "bleu_chrf")
@@ -59,6 +60,25 @@ class TranslationDataCollator(DataCollatorForSeq2Seq):
         return batch
 
 
+class SeededLengthGroupedSampler(LengthGroupedSampler):
+    """transformers' length-grouped sampler with an order that depends only on (seed, epoch).
+
+    The stock one draws from the global RNG, so a run resumed after the first epoch sees other batches than the
+    uninterrupted run; here resuming reproduces it exactly.
+    """
+
+    def __init__(self, *args, seed: int, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.seed, self.epoch = seed, 0
+
+    def set_epoch(self, epoch: int):
+        self.epoch = epoch
+
+    def __iter__(self):
+        generator = torch.Generator().manual_seed(self.seed + self.epoch)
+        return iter(get_length_grouped_indices(self.lengths, self.batch_size, generator=generator))
+
+
 class TranslationTrainer(Seq2SeqTrainer):
     """`Seq2SeqTrainer` for translation: label smoothing inside the model's loss, exact distributed evaluation.
 
@@ -67,6 +87,7 @@ class TranslationTrainer(Seq2SeqTrainer):
       `label_smoothed_cross_entropy`.
     - `Seq2SeqTrainer` gathers predictions with `accelerator.gather`, which keeps the examples that the distributed
       sampler repeats to fill the last batch; BLEU would count them twice. This gathers with `gather_for_metrics`.
+    - Length-grouped batches come from `SeededLengthGroupedSampler`, so that resumed runs see the same batches.
     """
 
     def __init__(self, *args, label_smoothing: float = 0.0, **kwargs):
@@ -83,6 +104,12 @@ class TranslationTrainer(Seq2SeqTrainer):
         if self.label_smoothing and self.model_takes_label_smoothing and "labels" in inputs:
             inputs = {**inputs, "label_smoothing": self.label_smoothing}
         return super().compute_loss(model, inputs, *args, **kwargs)
+
+    def _get_train_sampler(self, train_dataset=None):
+        sampler = super()._get_train_sampler(train_dataset)
+        if type(sampler) is LengthGroupedSampler:
+            sampler = SeededLengthGroupedSampler(sampler.batch_size, lengths=sampler.lengths, seed=self.args.seed)
+        return sampler
 
     def evaluation_loop(self, *args, **kwargs):
         self.gather_function = self.accelerator.gather_for_metrics
@@ -129,6 +156,54 @@ class TimeBudgetCallback(TrainerCallback):
             control.should_training_stop = True
             control.should_save = True
         return control
+
+
+def verify_checkpoint(checkpoint: str | Path) -> None:
+    """Raise, naming the file, if a checkpoint to resume from is truncated or corrupt.
+
+    Resuming would otherwise fail deep inside Trainer, or worse, quietly start from fresh weights.
+    """
+    from safetensors import safe_open
+
+    checkpoint = Path(checkpoint)
+    for required in ("model.safetensors", "trainer_state.json"):  # the state is written last: its absence = cut short
+        if not (checkpoint / required).is_file():
+            raise ValueError(f"{checkpoint / required} is missing: {checkpoint} is not a complete checkpoint.")
+    weights = checkpoint / "model.safetensors"
+    try:
+        with safe_open(weights, framework="pt") as f:
+            for name in f.keys():
+                f.get_slice(name)[-1:]  # reads the last bytes of every tensor: catches truncated files
+    except Exception as error:
+        raise ValueError(f"{weights} is corrupt or truncated ({error}); resume from an earlier checkpoint.") from error
+    for name in ("optimizer.pt", "scheduler.pt", "rng_state.pth", "trainer_state.json"):
+        path = checkpoint / name
+        if not path.is_file():
+            continue
+        try:
+            if path.suffix == ".json":
+                json.loads(path.read_text())
+            else:
+                with safe_globals():  # the numpy types Trainer itself allows in rng_state.pth
+                    torch.load(path, map_location="cpu", weights_only=True)
+        except Exception as error:
+            raise ValueError(f"{path} is corrupt or truncated ({error}); resume from an earlier checkpoint.") from error
+
+
+def last_complete_checkpoint(run_dir: str | Path) -> Path:
+    """The newest `checkpoint-<step>` that passes `verify_checkpoint`, skipping (and reporting) newer ones that a crash
+    or a kill left half-written: Trainer does not write checkpoints atomically."""
+    checkpoints = [p for p in Path(run_dir).glob("checkpoint-*") if p.is_dir() and p.name[len("checkpoint-"):].isdigit()]
+    problems = []
+    for checkpoint in sorted(checkpoints, key=lambda p: int(p.name[len("checkpoint-"):]), reverse=True):
+        try:
+            verify_checkpoint(checkpoint)
+        except ValueError as error:
+            print(f"Skipping an incomplete checkpoint: {error}")
+            problems.append(str(error))
+            continue
+        return checkpoint
+    raise ValueError(f"No complete checkpoint-<step> folder in {run_dir} to resume from. " + " ".join(problems))
 
 
 def fast_bf16_available() -> bool:

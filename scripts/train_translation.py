@@ -28,7 +28,6 @@ from transformers import (
     Seq2SeqTrainingArguments,
     set_seed,
 )
-from transformers.trainer_utils import get_last_checkpoint
 
 from hf_vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
 from hf_vanilla_transformer.data import BUNDLED_ATTRIBUTION, load_parallel_corpus, tokenize_corpus
@@ -41,7 +40,9 @@ from hf_vanilla_transformer.training import (
     build_compute_metrics,
     epochs_seen,
     fast_bf16_available,
+    last_complete_checkpoint,
     noam_learning_rate,
+    verify_checkpoint,
     write_json,
 )
 
@@ -142,14 +143,13 @@ def prepare_output_dir(training_args, recipe_args) -> str | None:
     """Return the checkpoint to resume from, refusing to silently overwrite a previous run."""
     output_dir = Path(training_args.output_dir)
     if training_args.resume_from_checkpoint not in (None, "", "False", "false"):
-        if training_args.resume_from_checkpoint in ("True", "true", "last"):
-            checkpoint = get_last_checkpoint(output_dir) if output_dir.is_dir() else None
-            if checkpoint is None:
-                raise ValueError(f"--resume_from_checkpoint: no checkpoint-* folder in {output_dir} to resume from.")
-            return checkpoint
-        if not Path(training_args.resume_from_checkpoint).is_dir():
-            raise ValueError(f"--resume_from_checkpoint: {training_args.resume_from_checkpoint} is not a folder.")
-        return training_args.resume_from_checkpoint
+        checkpoint = training_args.resume_from_checkpoint
+        if checkpoint in ("True", "true", "last"):
+            return str(last_complete_checkpoint(output_dir))
+        if not Path(checkpoint).is_dir():
+            raise ValueError(f"--resume_from_checkpoint: {checkpoint} is not a folder.")
+        verify_checkpoint(checkpoint)
+        return checkpoint
     if output_dir.is_dir() and any(output_dir.iterdir()) and not recipe_args.overwrite_output_dir:
         raise ValueError(
             f"Output folder {output_dir} is not empty. Resume with --resume_from_checkpoint last, choose another "

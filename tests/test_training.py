@@ -183,12 +183,12 @@ def test_bleu_chrf_metric_loads_offline_and_matches_sacrebleu():
 def test_training_overfits_a_few_pairs_and_the_folder_is_ready_to_share(pairs_file, tmp_path):
     out = tmp_path / "run"
     run_training("--output_dir", out, "--train_file", pairs_file, "--validation_file", pairs_file, "--test_file",
-                 pairs_file, *TINY_MODEL, "--max_steps", 200, "--per_device_train_batch_size", 8, "--dropout", 0,
-                 "--warmup_steps", 10, "--learning_rate", 1e-2, "--eval_steps", 100, "--save_steps", 100,
-                 "--logging_steps", 10, "--translate", "Wo ist Tom?")  # fmt: skip
+                 pairs_file, *TINY_MODEL, "--d_model", 64, "--ffn_dim", 128, "--max_steps", 300,
+                 "--per_device_train_batch_size", 8, "--dropout", 0, "--warmup_steps", 20, "--learning_rate", 3e-3,
+                 "--eval_steps", 150, "--save_steps", 150, "--logging_steps", 10, "--translate", "Wo ist Tom?")  # fmt: skip
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["test"]["bleu"] == pytest.approx(100.0) and metrics["test"]["num_samples"] == len(PAIRS)
-    assert metrics["training"]["steps"] == 200 and metrics["training"]["label_smoothing"] == 0.1
+    assert metrics["training"]["steps"] == 300 and metrics["training"]["label_smoothing"] == 0.1
     files = {p.name for p in out.iterdir()}
     assert {"model.safetensors", "config.json", "generation_config.json", "tokenizer.json", "training_curves.png",
             "modeling_vanilla_transformer.py", "configuration_vanilla_transformer.py"} <= files  # fmt: skip
@@ -226,7 +226,7 @@ def test_training_refuses_to_overwrite_a_previous_run(tmp_path, pairs_file):
     (tmp_path / "old" / "model.safetensors").write_bytes(b"precious")
     with pytest.raises(ValueError, match="not empty.*--overwrite_output_dir"):
         run_training("--output_dir", tmp_path / "old", "--train_file", pairs_file, *TINY_MODEL)
-    with pytest.raises(ValueError, match="no checkpoint"):
+    with pytest.raises(ValueError, match="No complete checkpoint"):
         run_training("--output_dir", tmp_path / "old", "--train_file", pairs_file, "--resume_from_checkpoint", "last")
     assert (tmp_path / "old" / "model.safetensors").read_bytes() == b"precious"
 

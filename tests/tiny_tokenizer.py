@@ -1,7 +1,8 @@
-"""A tiny shared BPE tokenizer, trained in a fraction of a second, built like the project's (hf-integration.md §7)."""
+"""A tiny shared BPE tokenizer for tests, trained in a fraction of a second with the project's own recipe."""
 
-from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 from transformers import PreTrainedTokenizerFast
+
+from hf_vanilla_transformer.tokenization import train_shared_bpe_tokenizer
 
 
 SENTENCES = [
@@ -16,16 +17,4 @@ SENTENCES = [
 
 def tiny_tokenizer(vocab_size: int = 120, model_max_length: int = 512) -> PreTrainedTokenizerFast:
     """Special tokens <pad>=0, <s>=1, </s>=2, <unk>=3 (the model's defaults); every encoding ends with </s>."""
-    tok = Tokenizer(models.BPE(unk_token="<unk>"))
-    tok.normalizer = normalizers.NFKC()
-    tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always")
-    tok.decoder = decoders.Metaspace(replacement="▁", prepend_scheme="always")
-    specials = ["<pad>", "<s>", "</s>", "<unk>"]
-    tok.train_from_iterator(SENTENCES, trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=specials))
-    tok.post_processor = processors.TemplateProcessing(
-        single="$A </s>", pair="$A </s> $B </s>", special_tokens=[("</s>", tok.token_to_id("</s>"))]
-    )
-    return PreTrainedTokenizerFast(
-        tokenizer_object=tok, bos_token="<s>", eos_token="</s>", pad_token="<pad>", unk_token="<unk>",
-        model_max_length=model_max_length,
-    )  # fmt: skip
+    return train_shared_bpe_tokenizer(SENTENCES, vocab_size, model_max_length, min_frequency=1)
