@@ -94,18 +94,26 @@ def _real_token_index(mask: torch.Tensor | None) -> torch.Tensor | None:
     return None if index.numel() == mask.numel() else index
 
 
+def _unpad(hidden_states: torch.Tensor, token_index: torch.Tensor | None) -> torch.Tensor:
+    """(b, t, d) -> (n, d): the real tokens only; unchanged when there is no padding to skip."""
+    return hidden_states if token_index is None else hidden_states.flatten(0, 1).index_select(0, token_index)
+
+
+def _repad(tokens: torch.Tensor, token_index: torch.Tensor | None, shape: torch.Size) -> torch.Tensor:
+    """(n, d') -> (*shape, d') with zeros at the padded positions: the inverse of `_unpad`."""
+    if token_index is None:
+        return tokens
+    padded = tokens.new_zeros(math.prod(shape), tokens.shape[-1]).index_copy(0, token_index, tokens)
+    return padded.view(*shape, -1)
+
+
 def _on_tokens(fn: Callable, hidden_states: torch.Tensor, token_index: torch.Tensor | None) -> torch.Tensor:
     """Apply a position-wise `fn` to the real tokens only; padded positions come back as zeros.
 
     Linear layers are nearly all of the work, so skipping padding makes a padded batch cost about what its real tokens
     cost. Results at real positions are unchanged.
     """
-    if token_index is None:
-        return fn(hidden_states)
-    flat = hidden_states.flatten(0, 1)  # (b*t, d)
-    out = fn(flat.index_select(0, token_index))  # (n, d')
-    out = out.new_zeros(flat.shape[0], out.shape[-1]).index_copy(0, token_index, out)
-    return out.view(*hidden_states.shape[:-1], -1)
+    return _repad(fn(_unpad(hidden_states, token_index)), token_index, hidden_states.shape[:-1])
 
 
 class VanillaTransformerSinusoidalPositionalEncoding(nn.Module):
@@ -176,7 +184,8 @@ class VanillaTransformerAttention(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         is_cross_attention = key_value_states is not None
         input_shape = hidden_states.shape[:-1]
-        query = _on_tokens(self.q_proj, hidden_states, token_index)
+        tokens = _unpad(hidden_states, token_index)  # gathered once for the query, key and value projections
+        query = _repad(self.q_proj(tokens), token_index, input_shape)
         query = query.view(*input_shape, -1, self.head_dim).transpose(1, 2)  # (b, h, t, dh)
 
         cache = None
@@ -186,11 +195,12 @@ class VanillaTransformerAttention(nn.Module):
             # The encoder output does not change during generation: its keys/values are projected once.
             key, value = cache.layers[self.layer_idx].keys, cache.layers[self.layer_idx].values
         else:
-            source = key_value_states if is_cross_attention else hidden_states
             source_index = key_token_index if is_cross_attention else token_index
-            kv_shape = (*source.shape[:-1], -1, self.head_dim)
-            key = _on_tokens(self.k_proj, source, source_index).view(kv_shape).transpose(1, 2)  # (b, h, k, dh)
-            value = _on_tokens(self.v_proj, source, source_index).view(kv_shape).transpose(1, 2)
+            source_shape = (key_value_states if is_cross_attention else hidden_states).shape[:-1]
+            source = _unpad(key_value_states, source_index) if is_cross_attention else tokens
+            kv_shape = (*source_shape, -1, self.head_dim)
+            key = _repad(self.k_proj(source), source_index, source_shape).view(kv_shape).transpose(1, 2)  # (b, h, k, dh)
+            value = _repad(self.v_proj(source), source_index, source_shape).view(kv_shape).transpose(1, 2)
             if cache is not None:
                 key, value = cache.update(key, value, self.layer_idx)
                 if is_cross_attention:
@@ -679,7 +689,7 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
             # Training: project only the positions that have a target, and take the loss on those rows directly.
             target_logits = self.lm_head(hidden_states.flatten(0, 1).index_select(0, label_index))  # (n, v)
             loss = seq2seq_cross_entropy(target_logits, labels.flatten()[label_index], num_items_in_batch, label_smoothing)
-            logits = _on_tokens(lambda _: target_logits, hidden_states, label_index)
+            logits = _repad(target_logits, label_index, hidden_states.shape[:-1])
         else:
             logits = self.lm_head(hidden_states)  # (b, t, v)
             if labels is not None:
