@@ -490,8 +490,12 @@ def plot(rows: list[dict], path: str) -> None:
         ax.set_title(f"{size}, {precision}")
         ax.set_ylabel(f"throughput / {TORCH_SYSTEMS[REFERENCE]}")
         ax.grid(axis="y", alpha=0.3)
-    axes[0][-1].legend(fontsize=7)
-    fig.tight_layout()
+    labels = {}  # every system once, CTranslate2 included (it is absent from the bf16 panels)
+    for ax in axes[0]:
+        for handle, label in zip(*ax.get_legend_handles_labels()):
+            labels.setdefault(label, handle)
+    fig.legend(labels.values(), labels.keys(), loc="lower center", ncol=len(labels), fontsize=8)
+    fig.tight_layout(rect=(0, 0.08, 1, 1))
     fig.savefig(path, dpi=110)
     plt.close(fig)
 

@@ -279,7 +279,7 @@ def summarize(model, tokenizer, data_args, training_args, state, metrics, epsilo
                      "warmup_steps": training_args.warmup_steps, "label_smoothing": epsilon,
                      "per_device_train_batch_size": training_args.per_device_train_batch_size,
                      "world_size": training_args.world_size, "bf16": training_args.bf16, "seed": training_args.seed},
-        "command": "python " + " ".join(shlex.quote(a) for a in sys.argv),
+        "command": " ".join(["python", os.path.relpath(sys.argv[0]), *map(shlex.quote, sys.argv[1:])]),
     }  # fmt: skip
 
 
