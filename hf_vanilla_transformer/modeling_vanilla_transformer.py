@@ -103,7 +103,7 @@ def _repad(tokens: torch.Tensor, token_index: torch.Tensor | None, shape: torch.
     """(n, d') -> (*shape, d') with zeros at the padded positions: the inverse of `_unpad`."""
     if token_index is None:
         return tokens
-    padded = tokens.new_zeros(math.prod(shape), tokens.shape[-1]).index_copy(0, token_index, tokens)
+    padded = tokens.new_zeros(math.prod(shape), tokens.shape[-1]).index_copy_(0, token_index, tokens)
     return padded.view(*shape, -1)
 
 
@@ -393,8 +393,38 @@ def _check_length(name: str, length, config: VanillaTransformerConfig):
         )
 
 
-class VanillaTransformerEncoder(VanillaTransformerPreTrainedModel):
-    """A stack of `config.encoder_layers` [`VanillaTransformerEncoderLayer`]s over scaled embeddings + positions."""
+class VanillaTransformerStack(VanillaTransformerPreTrainedModel):
+    """What the encoder and the decoder share: token embeddings x sqrt(d_model) + sinusoidal positions (sections 3.4,
+    3.5), with dropout on the sum (section 5.4), a stack of layers, and the final LayerNorm of pre-norm stacks."""
+
+    def __init__(self, config: VanillaTransformerConfig, layers: list[nn.Module]):
+        super().__init__(config)
+        self.embed_scale = math.sqrt(config.d_model) if config.scale_embedding else 1.0
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.d_model, config.pad_token_id)
+        self.embed_positions = VanillaTransformerSinusoidalPositionalEncoding(config.d_model)
+        self.layers = nn.ModuleList(layers)
+        self.layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps) if config.norm_first else None
+        self.post_init()
+
+    def embed(self, input_ids, inputs_embeds, attention_mask, past_length=0, prefix="", check_range=True):
+        """(b, t) ids or (b, t, d) unscaled embeddings -> (b, t, d) input of the first layer; `prefix` names the
+        arguments in errors ("" for the source, "decoder_" for the target)."""
+        if (input_ids is None) == (inputs_embeds is None):
+            raise ValueError(f"Pass exactly one of `{prefix}input_ids` or `{prefix}inputs_embeds`.")
+        _check_token_ids(input_ids, f"{prefix}input_ids", self.config, check_range)
+        if inputs_embeds is None:
+            inputs_embeds = self.embed_tokens(input_ids)
+        inputs_embeds = inputs_embeds.to(self.embed_tokens.weight.dtype)  # e.g. float32 embeddings into a half model
+        batch_size, length = inputs_embeds.shape[:2]
+        _check_padding_mask(attention_mask, f"{prefix}attention_mask", batch_size, past_length + length)
+        _check_length("The target sequence" if prefix else "The source sequence", past_length + length, self.config)
+        position_ids = _position_ids(attention_mask, length, past_length, inputs_embeds.device)
+        hidden_states = inputs_embeds * self.embed_scale + self.embed_positions(position_ids).to(inputs_embeds.dtype)
+        return nn.functional.dropout(hidden_states, p=self.config.dropout, training=self.training)
+
+
+class VanillaTransformerEncoder(VanillaTransformerStack):
+    """`config.encoder_layers` [`VanillaTransformerEncoderLayer`]s over the embedded source."""
 
     _can_record_outputs = {
         "hidden_states": VanillaTransformerEncoderLayer,
@@ -402,13 +432,7 @@ class VanillaTransformerEncoder(VanillaTransformerPreTrainedModel):
     }
 
     def __init__(self, config: VanillaTransformerConfig):
-        super().__init__(config)
-        self.embed_scale = math.sqrt(config.d_model) if config.scale_embedding else 1.0
-        self.embed_tokens = nn.Embedding(config.vocab_size, config.d_model, config.pad_token_id)
-        self.embed_positions = VanillaTransformerSinusoidalPositionalEncoding(config.d_model)
-        self.layers = nn.ModuleList([VanillaTransformerEncoderLayer(config, i) for i in range(config.encoder_layers)])
-        self.layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps) if config.norm_first else None
-        self.post_init()
+        super().__init__(config, [VanillaTransformerEncoderLayer(config, i) for i in range(config.encoder_layers)])
 
     @merge_with_config_defaults
     @capture_outputs
@@ -419,24 +443,10 @@ class VanillaTransformerEncoder(VanillaTransformerPreTrainedModel):
         inputs_embeds: torch.Tensor | None = None,  # (b, s, d), unscaled like `embed_tokens(input_ids)`
         **kwargs: Unpack[TransformersKwargs],
     ) -> BaseModelOutput:
-        if (input_ids is None) == (inputs_embeds is None):
-            raise ValueError("Pass exactly one of `input_ids` or `inputs_embeds` to the encoder.")
-        _check_token_ids(input_ids, "input_ids", self.config)
-        if inputs_embeds is None:
-            inputs_embeds = self.embed_tokens(input_ids)
-        inputs_embeds = inputs_embeds.to(self.embed_tokens.weight.dtype)  # e.g. float32 embeddings into a half model
-        batch_size, length = inputs_embeds.shape[:2]
-        _check_padding_mask(attention_mask, "attention_mask", batch_size, length)
-        _check_length("The source sequence", length, self.config)
-
-        position_ids = _position_ids(attention_mask, length, 0, inputs_embeds.device)
-        positions = self.embed_positions(position_ids).to(inputs_embeds.dtype)
-        hidden_states = inputs_embeds * self.embed_scale + positions
-        hidden_states = nn.functional.dropout(hidden_states, p=self.config.dropout, training=self.training)
-
+        hidden_states = self.embed(input_ids, inputs_embeds, attention_mask)
         token_index = _real_token_index(attention_mask)
         attention_mask = create_bidirectional_mask(
-            config=self.config, inputs_embeds=inputs_embeds, attention_mask=attention_mask
+            config=self.config, inputs_embeds=hidden_states, attention_mask=attention_mask
         )
         for encoder_layer in self.layers:
             hidden_states = encoder_layer(hidden_states, attention_mask, token_index=token_index, **kwargs)
@@ -445,8 +455,8 @@ class VanillaTransformerEncoder(VanillaTransformerPreTrainedModel):
         return BaseModelOutput(last_hidden_state=hidden_states)
 
 
-class VanillaTransformerDecoder(VanillaTransformerPreTrainedModel):
-    """A stack of `config.decoder_layers` [`VanillaTransformerDecoderLayer`]s; causal self-attention plus cross-attention."""
+class VanillaTransformerDecoder(VanillaTransformerStack):
+    """`config.decoder_layers` [`VanillaTransformerDecoderLayer`]s: causal self-attention plus cross-attention."""
 
     _can_record_outputs = {
         "hidden_states": VanillaTransformerDecoderLayer,
@@ -455,13 +465,7 @@ class VanillaTransformerDecoder(VanillaTransformerPreTrainedModel):
     }
 
     def __init__(self, config: VanillaTransformerConfig):
-        super().__init__(config)
-        self.embed_scale = math.sqrt(config.d_model) if config.scale_embedding else 1.0
-        self.embed_tokens = nn.Embedding(config.vocab_size, config.d_model, config.pad_token_id)
-        self.embed_positions = VanillaTransformerSinusoidalPositionalEncoding(config.d_model)
-        self.layers = nn.ModuleList([VanillaTransformerDecoderLayer(config, i) for i in range(config.decoder_layers)])
-        self.layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps) if config.norm_first else None
-        self.post_init()
+        super().__init__(config, [VanillaTransformerDecoderLayer(config, i) for i in range(config.decoder_layers)])
 
     @merge_with_config_defaults
     @capture_outputs
@@ -476,8 +480,6 @@ class VanillaTransformerDecoder(VanillaTransformerPreTrainedModel):
         use_cache: bool | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> BaseModelOutputWithPastAndCrossAttentions:
-        if (input_ids is None) == (inputs_embeds is None):
-            raise ValueError("Pass exactly one of `decoder_input_ids` or `decoder_inputs_embeds` to the decoder.")
         if encoder_hidden_states is None:
             raise ValueError("The decoder needs `encoder_hidden_states`: pass `input_ids` or `encoder_outputs`.")
         if use_cache and past_key_values is None:
@@ -485,34 +487,26 @@ class VanillaTransformerDecoder(VanillaTransformerPreTrainedModel):
         past_length = past_key_values.get_seq_length() if past_key_values is not None else 0
         # Ids produced by generation are in range by construction; checking once, before the cache fills, avoids a
         # device synchronisation at every decoding step.
-        _check_token_ids(input_ids, "decoder_input_ids", self.config, check_range=is_torchdynamo_compiling() or past_length == 0)
-        if inputs_embeds is None:
-            inputs_embeds = self.embed_tokens(input_ids)
-        inputs_embeds = inputs_embeds.to(self.embed_tokens.weight.dtype)
-        batch_size, length = inputs_embeds.shape[:2]
+        check_range = is_torchdynamo_compiling() or past_length == 0
+        hidden_states = self.embed(input_ids, inputs_embeds, attention_mask, past_length, "decoder_", check_range)
+        batch_size, length = hidden_states.shape[:2]
         if encoder_hidden_states.shape[0] != batch_size:
             raise ValueError(
                 f"The decoder inputs have batch size {batch_size} but the encoder outputs have batch size "
                 f"{encoder_hidden_states.shape[0]}: source and target batches must match."
             )
-        _check_padding_mask(attention_mask, "decoder_attention_mask", batch_size, past_length + length)
         _check_padding_mask(encoder_attention_mask, "attention_mask", batch_size, encoder_hidden_states.shape[1])
-        _check_length("The target sequence", past_length + length, self.config)
-
-        position_ids = _position_ids(attention_mask, length, past_length, inputs_embeds.device)
-        positions = self.embed_positions(position_ids).to(inputs_embeds.dtype)
-        hidden_states = inputs_embeds * self.embed_scale + positions
-        hidden_states = nn.functional.dropout(hidden_states, p=self.config.dropout, training=self.training)
 
         token_index = _real_token_index(attention_mask[:, -length:] if attention_mask is not None else None)
-        encoder_token_index = _real_token_index(encoder_attention_mask)
+        cross_cached = past_key_values is not None and past_key_values.is_updated.get(0, False)
+        encoder_token_index = None if cross_cached else _real_token_index(encoder_attention_mask)  # for K/V projections
         self_attention_cache = past_key_values.self_attention_cache if past_key_values is not None else None
         causal_mask = create_causal_mask(
-            config=self.config, inputs_embeds=inputs_embeds, attention_mask=attention_mask, past_key_values=self_attention_cache
+            config=self.config, inputs_embeds=hidden_states, attention_mask=attention_mask, past_key_values=self_attention_cache
         )
         encoder_attention_mask = create_bidirectional_mask(
             config=self.config,
-            inputs_embeds=inputs_embeds,
+            inputs_embeds=hidden_states,
             attention_mask=encoder_attention_mask,
             encoder_hidden_states=encoder_hidden_states,
         )

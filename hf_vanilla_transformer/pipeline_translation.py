@@ -58,7 +58,7 @@ class TranslationPipeline(Pipeline):
         super().__init__(*args, **kwargs)
         if self.tokenizer is None:
             raise ValueError("The translation pipeline needs a tokenizer: pass `tokenizer=`.")
-        _check_tokenizer_fits_model(self.tokenizer, self.model.config)
+        check_tokenizer_fits_model(self.tokenizer, self.model.config)
         match = TASK_PATTERN.fullmatch(self.task or "")
         self.src_lang, self.tgt_lang = match.groups() if match else (None, None)
         limits = (self.tokenizer.model_max_length, getattr(self.model.config, "max_position_embeddings", None))
@@ -133,7 +133,7 @@ class TranslationPipeline(Pipeline):
         return records
 
 
-def _check_tokenizer_fits_model(tokenizer, config):
+def check_tokenizer_fits_model(tokenizer, config):
     """A tokenizer from another model would translate into nonsense, or fail deep inside the embedding lookup."""
     vocab_size = getattr(config, "vocab_size", None)
     if vocab_size is not None and len(tokenizer) > vocab_size:
@@ -172,4 +172,4 @@ def register_translation_pipeline():
         PIPELINE_REGISTRY.check_task = check_task_with_languages
 
 
-__all__ = ["TranslationPipeline", "register_translation_pipeline"]
+__all__ = ["TranslationPipeline", "check_tokenizer_fits_model", "register_translation_pipeline"]

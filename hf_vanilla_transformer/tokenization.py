@@ -46,17 +46,3 @@ def train_shared_bpe_tokenizer(
         unk_token=UNK,
         model_max_length=model_max_length,
     )
-
-
-def check_tokenizer_matches_config(tokenizer, config) -> None:
-    """Raise if the tokenizer and the model disagree on the vocabulary or the special tokens."""
-    if len(tokenizer) > config.vocab_size:
-        raise ValueError(
-            f"The tokenizer has {len(tokenizer)} tokens but the model's vocab_size is {config.vocab_size}: ids past "
-            "the embedding matrix cannot be embedded. Use the model's own tokenizer or call "
-            "model.resize_token_embeddings(len(tokenizer))."
-        )
-    for name in ("pad_token_id", "eos_token_id"):
-        token_id, model_id = getattr(tokenizer, name), getattr(config, name)
-        if token_id is not None and model_id is not None and token_id != model_id:
-            raise ValueError(f"tokenizer.{name} is {token_id} but config.{name} is {model_id}: they must agree.")

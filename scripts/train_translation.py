@@ -32,7 +32,8 @@ from transformers import (
 from hf_vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
 from hf_vanilla_transformer.data import BUNDLED_ATTRIBUTION, load_parallel_corpus, tokenize_corpus
 from hf_vanilla_transformer.plotting import plot_training_curves
-from hf_vanilla_transformer.tokenization import check_tokenizer_matches_config, train_shared_bpe_tokenizer
+from hf_vanilla_transformer.pipeline_translation import check_tokenizer_fits_model
+from hf_vanilla_transformer.tokenization import train_shared_bpe_tokenizer
 from hf_vanilla_transformer.training import (
     TimeBudgetCallback,
     TranslationDataCollator,
@@ -206,7 +207,7 @@ def main():
                                   data_args.test_file)  # fmt: skip
     tokenizer = build_tokenizer(model_args, data_args, corpus, output_dir, resume_from is not None)
     model = build_model(model_args, tokenizer)
-    check_tokenizer_matches_config(tokenizer, model.config)
+    check_tokenizer_fits_model(tokenizer, model.config)
     generation_config = VanillaTransformerConfig.paper_generation_config(model.config, max_length=data_args.max_target_length)
     model.generation_config = generation_config
     if training_args.should_save:

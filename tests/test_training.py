@@ -16,7 +16,8 @@ from transformers.trainer_pt_utils import LabelSmoother
 from hf_vanilla_transformer import VanillaTransformerForConditionalGeneration
 from hf_vanilla_transformer.averaging import average_checkpoints, last_checkpoints
 from hf_vanilla_transformer.data import load_parallel_corpus, tokenize_corpus
-from hf_vanilla_transformer.tokenization import check_tokenizer_matches_config, train_shared_bpe_tokenizer
+from hf_vanilla_transformer.pipeline_translation import check_tokenizer_fits_model
+from hf_vanilla_transformer.tokenization import train_shared_bpe_tokenizer
 from hf_vanilla_transformer.training import BLEU_CHRF_PATH, label_smoothed_cross_entropy, noam_learning_rate
 
 from .conftest import tiny_config
@@ -114,11 +115,11 @@ def test_shared_bpe_tokenizer_round_trips_and_reloads_without_the_package(tokeni
 
 
 def test_tokenizer_model_mismatch_is_detected(tokenizer):
-    check_tokenizer_matches_config(tokenizer, tiny_config(vocab_size=500))
-    with pytest.raises(ValueError, match="500 tokens but the model's vocab_size is 99"):
-        check_tokenizer_matches_config(tokenizer, tiny_config())
+    check_tokenizer_fits_model(tokenizer, tiny_config(vocab_size=500))
+    with pytest.raises(ValueError, match="500 tokens but the model's vocabulary has 99"):
+        check_tokenizer_fits_model(tokenizer, tiny_config())
     with pytest.raises(ValueError, match="eos_token_id"):
-        check_tokenizer_matches_config(tokenizer, tiny_config(vocab_size=500, eos_token_id=3))
+        check_tokenizer_fits_model(tokenizer, tiny_config(vocab_size=500, eos_token_id=3))
 
 
 def test_preprocessing_truncates_and_the_collator_pads_labels_with_minus_100(tokenizer, pairs_file):
