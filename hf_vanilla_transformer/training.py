@@ -12,6 +12,8 @@ import torch
 from transformers import DataCollatorForSeq2Seq, Seq2SeqTrainer, TrainerCallback
 from transformers.trainer_pt_utils import LengthGroupedSampler, get_length_grouped_indices, safe_globals
 
+from .pipeline_translation import check_tokenizer_fits_model
+
 
 BLEU_CHRF_PATH = str(Path(__file__).parent / "bleu_chrf")
 
@@ -88,6 +90,7 @@ class TranslationTrainer(Seq2SeqTrainer):
     - `Seq2SeqTrainer` gathers predictions with `accelerator.gather`, which keeps the examples that the distributed
       sampler repeats to fill the last batch; BLEU would count them twice. This gathers with `gather_for_metrics`.
     - Length-grouped batches come from `SeededLengthGroupedSampler`, so that resumed runs see the same batches.
+    - A tokenizer (`processing_class`) that does not fit the model is refused before training starts.
     """
 
     def __init__(self, *args, label_smoothing: float = 0.0, **kwargs):
@@ -97,6 +100,8 @@ class TranslationTrainer(Seq2SeqTrainer):
         if label_smoothing and not self.model_takes_label_smoothing:
             kwargs.setdefault("compute_loss_func", label_smoothed_cross_entropy(label_smoothing))
         super().__init__(*args, **kwargs)
+        if self.processing_class is not None and hasattr(self.processing_class, "pad_token_id"):
+            check_tokenizer_fits_model(self.processing_class, self.model.config)
         if self.args.label_smoothing_factor:
             raise ValueError("Pass label smoothing to TranslationTrainer(label_smoothing=...), not label_smoothing_factor.")
 
@@ -204,17 +209,6 @@ def last_complete_checkpoint(run_dir: str | Path) -> Path:
             continue
         return checkpoint
     raise ValueError(f"No complete checkpoint-<step> folder in {run_dir} to resume from. " + " ".join(problems))
-
-
-def fast_bf16_available() -> bool:
-    """Whether bf16 autocast speeds training up here: a GPU with bf16, or a CPU with AVX-512 BF16 or AMX tiles.
-
-    Elsewhere bf16 on the CPU is emulated and slower than float32.
-    """
-    if torch.cuda.is_available():
-        return torch.cuda.is_bf16_supported()
-    cpu = torch.cpu
-    return bool(getattr(cpu, "_is_avx512_bf16_supported", lambda: False)() or getattr(cpu, "_is_amx_tile_supported", lambda: False)())
 
 
 def write_json(path, data) -> None:

@@ -10,7 +10,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, DataCollatorForSeq2Seq, get_inverse_sqrt_schedule
+from transformers import (
+    AutoModelForSeq2SeqLM,
+    AutoTokenizer,
+    DataCollatorForSeq2Seq,
+    Seq2SeqTrainingArguments,
+    get_inverse_sqrt_schedule,
+)
 from transformers.trainer_pt_utils import LabelSmoother
 
 from hf_vanilla_transformer import VanillaTransformerForConditionalGeneration
@@ -18,7 +24,12 @@ from hf_vanilla_transformer.averaging import average_checkpoints, last_checkpoin
 from hf_vanilla_transformer.data import load_parallel_corpus, tokenize_corpus
 from hf_vanilla_transformer.pipeline_translation import check_tokenizer_fits_model
 from hf_vanilla_transformer.tokenization import train_shared_bpe_tokenizer
-from hf_vanilla_transformer.training import BLEU_CHRF_PATH, label_smoothed_cross_entropy, noam_learning_rate
+from hf_vanilla_transformer.training import (
+    BLEU_CHRF_PATH,
+    TranslationTrainer,
+    label_smoothed_cross_entropy,
+    noam_learning_rate,
+)
 
 from .conftest import tiny_config
 
@@ -120,6 +131,10 @@ def test_tokenizer_model_mismatch_is_detected(tokenizer):
         check_tokenizer_fits_model(tokenizer, tiny_config())
     with pytest.raises(ValueError, match="eos_token_id"):
         check_tokenizer_fits_model(tokenizer, tiny_config(vocab_size=500, eos_token_id=3))
+    model = VanillaTransformerForConditionalGeneration(tiny_config())
+    args = Seq2SeqTrainingArguments(output_dir="unused", report_to=[], use_cpu=True)
+    with pytest.raises(ValueError, match="500 tokens but the model's vocabulary has 99"):
+        TranslationTrainer(model=model, args=args, processing_class=tokenizer)
 
 
 def test_preprocessing_truncates_and_the_collator_pads_labels_with_minus_100(tokenizer, pairs_file):
