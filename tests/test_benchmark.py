@@ -169,3 +169,16 @@ def test_cli_end_to_end(tmp_path):
     assert 0 < rows["ours-sdpa"]["train_peak_fraction"] < 1 and rows["ours-sdpa"]["train_peak_mb"] > 100
     assert {t["target"] for t in summary["targets"]} >= {"training >= 1.3x MarianMTModel (sdpa)",
                                                          "peak training memory <= MarianMTModel (sdpa)"}  # fmt: skip
+
+
+@pytest.mark.slow
+def test_memory_scaling_grows_with_the_batch(tmp_path):
+    import memory_scaling
+
+    memory_scaling.main(["--modes", "forward", "--batch_sizes", "1", "64", "--lengths", "64",
+                         "--json", str(tmp_path / "m.json")])  # fmt: skip
+    rows = json.loads((tmp_path / "m.json").read_text())["rows"]
+    assert [(r["batch_size"], r["length"]) for r in rows] == [(1, 64), (64, 64)]
+    assert rows[1]["peak_mb"] > rows[0]["peak_mb"] + 100  # 64x64 positions of 8000 logits alone take 125 MB
+    with pytest.raises(SystemExit):
+        memory_scaling.main(["--lengths", "257"])
