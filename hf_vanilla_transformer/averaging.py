@@ -4,7 +4,6 @@ import re
 import shutil
 from pathlib import Path
 
-import torch
 from safetensors.torch import load_file, save_file
 
 
@@ -44,7 +43,11 @@ def average_checkpoints(checkpoints: list[str | Path], output_dir: str | Path) -
     output_dir = Path(output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
     for item in checkpoints[-1].iterdir():
-        if item.is_file() and item.suffix in {".json", ".py", ".txt", ".model", ".md"} and item.name != "trainer_state.json":
+        if (
+            item.is_file()
+            and item.suffix in {".json", ".py", ".txt", ".model", ".md"}
+            and item.name != "trainer_state.json"
+        ):
             shutil.copy2(item, output_dir / item.name)
     save_file(average, output_dir / "model.safetensors", metadata={"format": "pt"})
     return output_dir

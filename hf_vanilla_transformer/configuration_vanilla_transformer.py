@@ -19,11 +19,27 @@ from transformers.activations import ACT2FN
 
 # Table 3 of the paper. "base" is also the config's default.
 PAPER_PRESETS = {
-    "base": dict(d_model=512, encoder_ffn_dim=2048, decoder_ffn_dim=2048, encoder_attention_heads=8,
-                 decoder_attention_heads=8, encoder_layers=6, decoder_layers=6, dropout=0.1),
-    "big": dict(d_model=1024, encoder_ffn_dim=4096, decoder_ffn_dim=4096, encoder_attention_heads=16,
-                decoder_attention_heads=16, encoder_layers=6, decoder_layers=6, dropout=0.3),
-}  # fmt: skip
+    "base": dict(
+        d_model=512,
+        encoder_ffn_dim=2048,
+        decoder_ffn_dim=2048,
+        encoder_attention_heads=8,
+        decoder_attention_heads=8,
+        encoder_layers=6,
+        decoder_layers=6,
+        dropout=0.1,
+    ),
+    "big": dict(
+        d_model=1024,
+        encoder_ffn_dim=4096,
+        decoder_ffn_dim=4096,
+        encoder_attention_heads=16,
+        decoder_attention_heads=16,
+        encoder_layers=6,
+        decoder_layers=6,
+        dropout=0.3,
+    ),
+}
 
 
 class VanillaTransformerConfig(PreTrainedConfig):
@@ -118,8 +134,17 @@ class VanillaTransformerConfig(PreTrainedConfig):
         def is_int(value):
             return isinstance(value, int) and not isinstance(value, bool)
 
-        for name in ("vocab_size", "d_model", "encoder_layers", "decoder_layers", "encoder_attention_heads",
-                     "decoder_attention_heads", "encoder_ffn_dim", "decoder_ffn_dim", "max_position_embeddings"):  # fmt: skip
+        for name in (
+            "vocab_size",
+            "d_model",
+            "encoder_layers",
+            "decoder_layers",
+            "encoder_attention_heads",
+            "decoder_attention_heads",
+            "encoder_ffn_dim",
+            "decoder_ffn_dim",
+            "max_position_embeddings",
+        ):
             if not is_int(getattr(self, name)) or getattr(self, name) <= 0:
                 fail(name, "a positive integer")
         if self.d_model % 2:
@@ -136,7 +161,11 @@ class VanillaTransformerConfig(PreTrainedConfig):
                 fail(name, "True or False")
         if self.activation_function not in ACT2FN:
             fail("activation_function", f"one of {sorted(ACT2FN)}")
-        if isinstance(self.layer_norm_eps, bool) or not isinstance(self.layer_norm_eps, (int, float)) or self.layer_norm_eps <= 0:  # fmt: skip
+        if (
+            isinstance(self.layer_norm_eps, bool)
+            or not isinstance(self.layer_norm_eps, (int, float))
+            or self.layer_norm_eps <= 0
+        ):
             fail("layer_norm_eps", "a positive number")
         if isinstance(self.init_std, bool) or not isinstance(self.init_std, (int, float)) or self.init_std <= 0:
             fail("init_std", "a positive number")
@@ -155,7 +184,9 @@ class VanillaTransformerConfig(PreTrainedConfig):
 
     def paper_generation_config(self, **kwargs) -> GenerationConfig:
         """The paper's decoding (section 6.1): beam size 4, length penalty 0.6, stop when all beams have ended."""
-        settings = dict(num_beams=4, length_penalty=0.6, early_stopping=True, max_length=min(self.max_position_embeddings, 512))
+        settings = dict(
+            num_beams=4, length_penalty=0.6, early_stopping=True, max_length=min(self.max_position_embeddings, 512)
+        )
         return GenerationConfig(
             pad_token_id=self.pad_token_id,
             bos_token_id=self.bos_token_id,

@@ -39,8 +39,9 @@ def load_parallel_corpus(
         if not files:
             files = {split: str(BUNDLED_CORPUS / f"{split}.jsonl") for split in ("train", "validation", "test")}
         corpus = DatasetDict({split: _load_file(path) for split, path in files.items()})
-    corpus = DatasetDict({split: _as_translation(ds, source_lang, target_lang, f"{origin} [{split}]")
-                          for split, ds in corpus.items()})  # fmt: skip
+    corpus = DatasetDict(
+        {split: _as_translation(ds, source_lang, target_lang, f"{origin} [{split}]") for split, ds in corpus.items()}
+    )
     return corpus
 
 

@@ -24,10 +24,19 @@ logger = logging.get_logger(__name__)
 
 # Everything else in a trained folder (optimizer state, `training_args.bin`, checkpoints, logs) stays behind.
 PUBLISHED_PATTERNS = (
-    "config.json", "generation_config.json", "*.safetensors", "model.safetensors.index.json",
-    "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
-    "vocab.json", "merges.txt", "*.spm", "chat_template.jinja",
-)  # fmt: skip
+    "config.json",
+    "generation_config.json",
+    "*.safetensors",
+    "model.safetensors.index.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "vocab.json",
+    "merges.txt",
+    "*.spm",
+    "chat_template.jinja",
+)
 PICKLE_PATTERNS = ("*.bin", "*.pt", "*.pth", "*.pkl", "*.pickle", "*.ckpt")
 # Replaced by this package's copies: they are the code the published weights are checked against.
 CODE_FILES = tuple(
@@ -64,11 +73,14 @@ def add_model_code(folder: str | Path):
     folder = Path(folder)
     for module in (configuration_vanilla_transformer, modeling_vanilla_transformer):
         shutil.copy2(module.__file__, folder / Path(module.__file__).name)
-    _update_config(folder, auto_map={
-        "AutoConfig": _reference(VanillaTransformerConfig),
-        "AutoModel": _reference(VanillaTransformerModel),
-        "AutoModelForSeq2SeqLM": _reference(VanillaTransformerForConditionalGeneration),
-    })  # fmt: skip
+    _update_config(
+        folder,
+        auto_map={
+            "AutoConfig": _reference(VanillaTransformerConfig),
+            "AutoModel": _reference(VanillaTransformerModel),
+            "AutoModelForSeq2SeqLM": _reference(VanillaTransformerForConditionalGeneration),
+        },
+    )
 
 
 def stage_for_hub(

@@ -16,11 +16,16 @@ REQUIRED_METADATA = ("license", "library_name", "pipeline_tag", "tags")
 EXAMPLES = {"de": "Wo ist der Bahnhof?", "en": "Where is the train station?", "fr": "Où est la gare ?"}
 # metrics.json keys -> row names of the card's training table.
 TRAINING_ROWS = {
-    "steps": "Optimizer steps", "epochs": "Epochs", "train_samples": "Training pairs",
-    "per_device_train_batch_size": "Batch size per device", "learning_rate": "Peak learning rate",
-    "warmup_steps": "Warmup steps", "label_smoothing": "Label smoothing", "hardware": "Hardware",
+    "steps": "Optimizer steps",
+    "epochs": "Epochs",
+    "train_samples": "Training pairs",
+    "per_device_train_batch_size": "Batch size per device",
+    "learning_rate": "Peak learning rate",
+    "warmup_steps": "Warmup steps",
+    "label_smoothing": "Label smoothing",
+    "hardware": "Hardware",
     "runtime_seconds": "Training time",
-}  # fmt: skip
+}
 
 
 def load_metrics(model_dir: str | Path) -> dict:
@@ -57,11 +62,18 @@ def make_model_card(
     scores = [("bleu", "BLEU", test.get("bleu")), ("chrf", "chrF", test.get("chrf"))]
     scores = [(key, name, value) for key, name, value in scores if value is not None]
     eval_results = [
-        EvalResult(task_type="translation", task_name="Translation", dataset_type=dataset_id or "custom",
-                   dataset_name=dataset_name or "test set", dataset_split="test", metric_type=key, metric_name=name,
-                   metric_value=value)
+        EvalResult(
+            task_type="translation",
+            task_name="Translation",
+            dataset_type=dataset_id or "custom",
+            dataset_name=dataset_name or "test set",
+            dataset_split="test",
+            metric_type=key,
+            metric_name=name,
+            metric_value=value,
+        )
         for key, name, value in scores
-    ] or None  # fmt: skip
+    ] or None
     model_type = config.get("model_type", "transformer")
     card_data = ModelCardData(
         language=[lang for lang in (src, tgt) if lang] or None,
@@ -73,8 +85,10 @@ def make_model_card(
         model_name=repo_id.split("/")[-1],
         eval_results=eval_results,
     )
-    decoding = [f"beam size {test['num_beams']}" if "num_beams" in test else None,
-                f"length penalty {test['length_penalty']}" if "length_penalty" in test else None]  # fmt: skip
+    decoding = [
+        f"beam size {test['num_beams']}" if "num_beams" in test else None,
+        f"length penalty {test['length_penalty']}" if "length_penalty" in test else None,
+    ]
     card = ModelCard.from_template(
         card_data,
         template_path=str(TEMPLATE_PATH),
@@ -107,9 +121,15 @@ def check_model_card(card: str | Path) -> ModelCard:
 
 
 def _architecture_rows(model_dir: Path, config: dict) -> list[tuple[str, str]]:
-    names = {"d_model": "d_model", "encoder_layers": "Encoder layers", "decoder_layers": "Decoder layers",
-             "encoder_attention_heads": "Attention heads", "encoder_ffn_dim": "Feed-forward width",
-             "vocab_size": "Shared vocabulary", "max_position_embeddings": "Maximum length"}  # fmt: skip
+    names = {
+        "d_model": "d_model",
+        "encoder_layers": "Encoder layers",
+        "decoder_layers": "Decoder layers",
+        "encoder_attention_heads": "Attention heads",
+        "encoder_ffn_dim": "Feed-forward width",
+        "vocab_size": "Shared vocabulary",
+        "max_position_embeddings": "Maximum length",
+    }
     rows = [(label, str(config[key])) for key, label in names.items() if key in config]
     if "norm_first" in config:
         rows.append(("Layer norm", "pre-norm" if config["norm_first"] else "post-norm (as in the paper)"))

@@ -22,7 +22,6 @@ from collections.abc import Callable
 
 import torch
 from torch import nn
-
 from transformers import initialization as init
 from transformers.activations import ACT2FN
 from transformers.cache_utils import Cache, DynamicCache, EncoderDecoderCache
@@ -50,7 +49,9 @@ logger = logging.get_logger(__name__)
 def shift_tokens_right(input_ids: torch.Tensor, pad_token_id: int, decoder_start_token_id: int) -> torch.Tensor:
     """Decoder inputs from labels: prepend `decoder_start_token_id`, drop the last token, replace -100 by padding."""
     if pad_token_id is None or decoder_start_token_id is None:
-        raise ValueError("`config.pad_token_id` and `config.decoder_start_token_id` must be set to build decoder inputs.")
+        raise ValueError(
+            "`config.pad_token_id` and `config.decoder_start_token_id` must be set to build decoder inputs."
+        )
     shifted = input_ids.new_empty(input_ids.shape)
     shifted[:, 1:] = input_ids[:, :-1]
     shifted[:, 0] = decoder_start_token_id
@@ -157,7 +158,9 @@ def eager_attention_forward(
 class VanillaTransformerAttention(nn.Module):
     """Multi-head attention (section 3.2.2), used for encoder self-, decoder self- and decoder cross-attention."""
 
-    def __init__(self, config: VanillaTransformerConfig, num_heads: int, is_causal: bool, layer_idx: int | None = None):
+    def __init__(
+        self, config: VanillaTransformerConfig, num_heads: int, is_causal: bool, layer_idx: int | None = None
+    ):
         super().__init__()
         self.config = config
         self.num_heads = num_heads
@@ -190,7 +193,9 @@ class VanillaTransformerAttention(nn.Module):
 
         cache = None
         if past_key_values is not None:
-            cache = past_key_values.cross_attention_cache if is_cross_attention else past_key_values.self_attention_cache
+            cache = (
+                past_key_values.cross_attention_cache if is_cross_attention else past_key_values.self_attention_cache
+            )
         if is_cross_attention and cache is not None and past_key_values.is_updated.get(self.layer_idx):
             # The encoder output does not change during generation: its keys/values are projected once.
             key, value = cache.layers[self.layer_idx].keys, cache.layers[self.layer_idx].values
@@ -199,7 +204,9 @@ class VanillaTransformerAttention(nn.Module):
             source_shape = (key_value_states if is_cross_attention else hidden_states).shape[:-1]
             source = _unpad(key_value_states, source_index) if is_cross_attention else tokens
             kv_shape = (*source_shape, -1, self.head_dim)
-            key = _repad(self.k_proj(source), source_index, source_shape).view(kv_shape).transpose(1, 2)  # (b, h, k, dh)
+            key = (
+                _repad(self.k_proj(source), source_index, source_shape).view(kv_shape).transpose(1, 2)
+            )  # (b, h, k, dh)
             value = _repad(self.v_proj(source), source_index, source_shape).view(kv_shape).transpose(1, 2)
             if cache is not None:
                 key, value = cache.update(key, value, self.layer_idx)
@@ -271,7 +278,9 @@ class VanillaTransformerEncoderLayer(VanillaTransformerLayer):
             return self.self_attn(x, attention_mask=attention_mask, token_index=token_index, **kwargs)[0]
 
         hidden_states = self.residual(hidden_states, self.self_attn_layer_norm, self_attention)
-        return self.residual(hidden_states, self.final_layer_norm, lambda x: _on_tokens(self.feed_forward, x, token_index))
+        return self.residual(
+            hidden_states, self.final_layer_norm, lambda x: _on_tokens(self.feed_forward, x, token_index)
+        )
 
 
 class VanillaTransformerDecoderLayer(VanillaTransformerLayer):
@@ -312,7 +321,9 @@ class VanillaTransformerDecoderLayer(VanillaTransformerLayer):
 
         hidden_states = self.residual(hidden_states, self.self_attn_layer_norm, self_attention)
         hidden_states = self.residual(hidden_states, self.encoder_attn_layer_norm, cross_attention)
-        return self.residual(hidden_states, self.final_layer_norm, lambda x: _on_tokens(self.feed_forward, x, token_index))
+        return self.residual(
+            hidden_states, self.final_layer_norm, lambda x: _on_tokens(self.feed_forward, x, token_index)
+        )
 
 
 class VanillaTransformerPreTrainedModel(PreTrainedModel):
@@ -499,10 +510,15 @@ class VanillaTransformerDecoder(VanillaTransformerStack):
 
         token_index = _real_token_index(attention_mask[:, -length:] if attention_mask is not None else None)
         cross_cached = past_key_values is not None and past_key_values.is_updated.get(0, False)
-        encoder_token_index = None if cross_cached else _real_token_index(encoder_attention_mask)  # for K/V projections
+        encoder_token_index = (
+            None if cross_cached else _real_token_index(encoder_attention_mask)
+        )  # for K/V projections
         self_attention_cache = past_key_values.self_attention_cache if past_key_values is not None else None
         causal_mask = create_causal_mask(
-            config=self.config, inputs_embeds=hidden_states, attention_mask=attention_mask, past_key_values=self_attention_cache
+            config=self.config,
+            inputs_embeds=hidden_states,
+            attention_mask=attention_mask,
+            past_key_values=self_attention_cache,
         )
         encoder_attention_mask = create_bidirectional_mask(
             config=self.config,
@@ -523,7 +539,9 @@ class VanillaTransformerDecoder(VanillaTransformerStack):
             )
         if self.layer_norm is not None:
             hidden_states = self.layer_norm(hidden_states)
-        return BaseModelOutputWithPastAndCrossAttentions(last_hidden_state=hidden_states, past_key_values=past_key_values)
+        return BaseModelOutputWithPastAndCrossAttentions(
+            last_hidden_state=hidden_states, past_key_values=past_key_values
+        )
 
 
 class VanillaTransformerModel(VanillaTransformerPreTrainedModel):
@@ -538,7 +556,9 @@ class VanillaTransformerModel(VanillaTransformerPreTrainedModel):
         super().__init__(config)
         # Untied models have no `shared` matrix at all rather than an unused one, which would break DDP.
         self.shared = (
-            nn.Embedding(config.vocab_size, config.d_model, config.pad_token_id) if config.tie_word_embeddings else None
+            nn.Embedding(config.vocab_size, config.d_model, config.pad_token_id)
+            if config.tie_word_embeddings
+            else None
         )
         self.encoder = VanillaTransformerEncoder(config)
         self.decoder = VanillaTransformerDecoder(config)
@@ -578,7 +598,9 @@ class VanillaTransformerModel(VanillaTransformerPreTrainedModel):
                 attentions=encoder_outputs[2] if len(encoder_outputs) > 2 else None,
             )
         if past_key_values is not None and not isinstance(past_key_values, EncoderDecoderCache):
-            raise TypeError(f"`past_key_values` must be an `EncoderDecoderCache`, got {type(past_key_values).__name__}.")
+            raise TypeError(
+                f"`past_key_values` must be an `EncoderDecoderCache`, got {type(past_key_values).__name__}."
+            )
 
         decoder_outputs = self.decoder(
             input_ids=decoder_input_ids,
@@ -682,7 +704,9 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
         if label_index is not None:
             # Training: project only the positions that have a target, and take the loss on those rows directly.
             target_logits = self.lm_head(hidden_states.flatten(0, 1).index_select(0, label_index))  # (n, v)
-            loss = seq2seq_cross_entropy(target_logits, labels.flatten()[label_index], num_items_in_batch, label_smoothing)
+            loss = seq2seq_cross_entropy(
+                target_logits, labels.flatten()[label_index], num_items_in_batch, label_smoothing
+            )
             logits = _repad(target_logits, label_index, hidden_states.shape[:-1])
         else:
             logits = self.lm_head(hidden_states)  # (b, t, v)

@@ -21,7 +21,6 @@ import functools
 import re
 
 import torch
-
 from transformers import AutoModelForSeq2SeqLM, GenerationConfig, Pipeline
 from transformers.pipelines import PIPELINE_REGISTRY, REMOVED_TASKS
 from transformers.tokenization_utils_base import VERY_LARGE_INTEGER

@@ -25,10 +25,12 @@ def train_shared_bpe_tokenizer(
     tokenizer.normalizer = normalizers.NFKC()
     # Punctuation gets its own pieces, so "gegeben?" does not spend merges on "ben?"; apostrophes and hyphens stay
     # inside words ("don't", "Tom's" are frequent whole pieces).
-    tokenizer.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always"),
-        pre_tokenizers.Split(Regex(r"[^\w\s'’▁-]"), behavior="isolated"),
-    ])  # fmt: skip
+    tokenizer.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always"),
+            pre_tokenizers.Split(Regex(r"[^\w\s'’▁-]"), behavior="isolated"),
+        ]
+    )
     tokenizer.decoder = decoders.Metaspace(replacement="▁", prepend_scheme="always")
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size, min_frequency=min_frequency, special_tokens=[PAD, BOS, EOS, UNK], show_progress=False

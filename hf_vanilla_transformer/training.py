@@ -42,7 +42,9 @@ def label_smoothed_cross_entropy(epsilon: float):
         )
         if num_items_in_batch is None:
             num_items_in_batch = (labels != -100).sum().clamp(min=1)
-        return loss / (num_items_in_batch.to(loss.device) if torch.is_tensor(num_items_in_batch) else num_items_in_batch)
+        return loss / (
+            num_items_in_batch.to(loss.device) if torch.is_tensor(num_items_in_batch) else num_items_in_batch
+        )
 
     return compute_loss
 
@@ -103,7 +105,9 @@ class TranslationTrainer(Seq2SeqTrainer):
         if self.processing_class is not None and hasattr(self.processing_class, "pad_token_id"):
             check_tokenizer_fits_model(self.processing_class, self.model.config)
         if self.args.label_smoothing_factor:
-            raise ValueError("Pass label smoothing to TranslationTrainer(label_smoothing=...), not label_smoothing_factor.")
+            raise ValueError(
+                "Pass label smoothing to TranslationTrainer(label_smoothing=...), not label_smoothing_factor."
+            )
 
     def compute_loss(self, model, inputs, *args, **kwargs):
         if self.label_smoothing and self.model_takes_label_smoothing and "labels" in inputs:
@@ -135,8 +139,12 @@ def build_compute_metrics(tokenizer):
         references = [text.strip() for text in tokenizer.batch_decode(labels, skip_special_tokens=True)]
         scores = metric.compute(predictions=hypotheses, references=references)
         lengths = [np.count_nonzero(row != tokenizer.pad_token_id) for row in predictions]
-        return {"bleu": scores["bleu"], "chrf": scores["chrf"], "num_samples": scores["num_samples"],
-                "gen_len": float(np.mean(lengths))}  # fmt: skip
+        return {
+            "bleu": scores["bleu"],
+            "chrf": scores["chrf"],
+            "num_samples": scores["num_samples"],
+            "gen_len": float(np.mean(lengths)),
+        }
 
     return compute_metrics
 
@@ -192,15 +200,19 @@ def verify_checkpoint(checkpoint: str | Path) -> None:
                 with safe_globals():  # the numpy types Trainer itself allows in rng_state.pth
                     torch.load(path, map_location="cpu", weights_only=True)
         except Exception as error:
-            raise ValueError(f"{path} is corrupt or truncated ({error}); resume from an earlier checkpoint.") from error
+            raise ValueError(
+                f"{path} is corrupt or truncated ({error}); resume from an earlier checkpoint."
+            ) from error
 
 
 def last_complete_checkpoint(run_dir: str | Path) -> Path:
     """The newest `checkpoint-<step>` that passes `verify_checkpoint`, skipping (and reporting) newer ones that a crash
     or a kill left half-written: Trainer does not write checkpoints atomically."""
-    checkpoints = [p for p in Path(run_dir).glob("checkpoint-*") if p.is_dir() and p.name[len("checkpoint-"):].isdigit()]
+    checkpoints = [
+        p for p in Path(run_dir).glob("checkpoint-*") if p.is_dir() and p.name[len("checkpoint-") :].isdigit()
+    ]
     problems = []
-    for checkpoint in sorted(checkpoints, key=lambda p: int(p.name[len("checkpoint-"):]), reverse=True):
+    for checkpoint in sorted(checkpoints, key=lambda p: int(p.name[len("checkpoint-") :]), reverse=True):
         try:
             verify_checkpoint(checkpoint)
         except ValueError as error:

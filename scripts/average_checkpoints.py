@@ -1,8 +1,8 @@
 #!/usr/bin/env python
 """Average the weights of the last N checkpoints of a training run into a normal model folder (paper, section 6.1).
 
-    python scripts/average_checkpoints.py --run_dir outputs/demo-de-en --last 5 --output_dir outputs/demo-de-en-avg5
-    python scripts/average_checkpoints.py --checkpoints run/checkpoint-800 run/checkpoint-1000 --output_dir avg
+python scripts/average_checkpoints.py --run_dir outputs/demo-de-en --last 5 --output_dir outputs/demo-de-en-avg5
+python scripts/average_checkpoints.py --checkpoints run/checkpoint-800 run/checkpoint-1000 --output_dir avg
 """
 
 import argparse

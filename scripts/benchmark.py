@@ -37,11 +37,11 @@ from pathlib import Path
 
 import torch
 import transformers
+from benchmark_ctranslate2 import BOS, EOS, PAD, convert_marian
 from torch import nn
 from transformers import MarianConfig, MarianMTModel
 from transformers.trainer_pt_utils import LabelSmoother
 
-from benchmark_ctranslate2 import BOS, EOS, PAD, convert_marian
 from hf_vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
 
 
@@ -111,9 +111,12 @@ class TorchTransformerSeq2Seq(nn.Module):
         ids = input_ids.new_full((input_ids.shape[0], 1), BOS)
         for _ in range(new_tokens):
             hidden = self.transformer.decoder(
-                self.embed_tokens(ids), memory, tgt_mask=causal_mask(ids.shape[1], ids.device), tgt_is_causal=True,
+                self.embed_tokens(ids),
+                memory,
+                tgt_mask=causal_mask(ids.shape[1], ids.device),
+                tgt_is_causal=True,
                 memory_key_padding_mask=source_padding,
-            )  # fmt: skip
+            )
             logits = nn.functional.linear(hidden[:, -1], self.embed.weight)  # (b, v)
             logits[:, EOS] = -math.inf
             ids = torch.cat([ids, logits.argmax(-1, keepdim=True)], dim=1)
@@ -129,12 +132,26 @@ def marian_config(size: str) -> MarianConfig:
     scaled by sqrt(d_model), no forced EOS."""
     s = SIZES[size]
     return MarianConfig(
-        vocab_size=s["vocab_size"], d_model=s["d_model"], encoder_layers=s["layers"], decoder_layers=s["layers"],
-        encoder_attention_heads=s["heads"], decoder_attention_heads=s["heads"], encoder_ffn_dim=s["ffn"],
-        decoder_ffn_dim=s["ffn"], max_position_embeddings=256, activation_function="relu", scale_embedding=True,
-        share_encoder_decoder_embeddings=True, tie_word_embeddings=True, pad_token_id=PAD, eos_token_id=EOS,
-        bos_token_id=BOS, decoder_start_token_id=BOS, forced_eos_token_id=None, dropout=0.1,
-    )  # fmt: skip
+        vocab_size=s["vocab_size"],
+        d_model=s["d_model"],
+        encoder_layers=s["layers"],
+        decoder_layers=s["layers"],
+        encoder_attention_heads=s["heads"],
+        decoder_attention_heads=s["heads"],
+        encoder_ffn_dim=s["ffn"],
+        decoder_ffn_dim=s["ffn"],
+        max_position_embeddings=256,
+        activation_function="relu",
+        scale_embedding=True,
+        share_encoder_decoder_embeddings=True,
+        tie_word_embeddings=True,
+        pad_token_id=PAD,
+        eos_token_id=EOS,
+        bos_token_id=BOS,
+        decoder_start_token_id=BOS,
+        forced_eos_token_id=None,
+        dropout=0.1,
+    )
 
 
 def build_model(system: str, size: str, seed: int = SEED) -> nn.Module:
@@ -146,10 +163,16 @@ def build_model(system: str, size: str, seed: int = SEED) -> nn.Module:
     if family == "marian":
         return MarianMTModel._from_config(marian_config(size), attn_implementation=attn_implementation)
     config = VanillaTransformerConfig(
-        vocab_size=s["vocab_size"], d_model=s["d_model"], encoder_layers=s["layers"], decoder_layers=s["layers"],
-        encoder_attention_heads=s["heads"], decoder_attention_heads=s["heads"], encoder_ffn_dim=s["ffn"],
-        decoder_ffn_dim=s["ffn"], dropout=0.1,
-    )  # fmt: skip
+        vocab_size=s["vocab_size"],
+        d_model=s["d_model"],
+        encoder_layers=s["layers"],
+        decoder_layers=s["layers"],
+        encoder_attention_heads=s["heads"],
+        decoder_attention_heads=s["heads"],
+        encoder_ffn_dim=s["ffn"],
+        decoder_ffn_dim=s["ffn"],
+        dropout=0.1,
+    )
     return VanillaTransformerForConditionalGeneration._from_config(config, attn_implementation=attn_implementation)
 
 
@@ -171,9 +194,13 @@ def generate(model: nn.Module, system: str, input_ids, attention_mask, num_beams
     if system == "nn-transformer":
         return model.greedy(input_ids, attention_mask, NEW_TOKENS)
     return model.generate(
-        input_ids=input_ids, attention_mask=attention_mask, num_beams=num_beams, do_sample=False,
-        min_new_tokens=NEW_TOKENS, max_new_tokens=NEW_TOKENS,
-    )[:, 1:]  # fmt: skip
+        input_ids=input_ids,
+        attention_mask=attention_mask,
+        num_beams=num_beams,
+        do_sample=False,
+        min_new_tokens=NEW_TOKENS,
+        max_new_tokens=NEW_TOKENS,
+    )[:, 1:]
 
 
 # ---------------------------------------------------------------------------------------------------- the workload
@@ -187,9 +214,12 @@ def make_workload(vocab_size: int, seed: int = SEED) -> dict:
         return [rng.randrange(4, vocab_size) for _ in range(rng.randint(shortest, longest) - 1)] + [EOS]
 
     return {
-        "train": [[(sentence(*TRAIN_LENGTHS), sentence(*TRAIN_LENGTHS)) for _ in range(TRAIN_BATCH)] for _ in range(TRAIN_BATCHES)],
+        "train": [
+            [(sentence(*TRAIN_LENGTHS), sentence(*TRAIN_LENGTHS)) for _ in range(TRAIN_BATCH)]
+            for _ in range(TRAIN_BATCHES)
+        ],
         "sources": [sentence(*SOURCE_LENGTHS) for _ in range(SOURCES)],
-    }  # fmt: skip
+    }
 
 
 def pad(rows: list[list[int]], value: int, device) -> torch.Tensor:
@@ -221,11 +251,17 @@ def forward_flops(size: str, source_length: int, target_length: int, num_beams: 
     s, t = source_length, target_length
     encoder = layers * (8 * s * d * d + 4 * s * s * d + 4 * s * d * f)  # Q,K,V,O projections; QK^T and AV; FFN
     cross_keys_values = layers * 4 * s * d * d
-    decoder = layers * (
-        8 * t * d * d + 2 * t * (t + 1) * d  # self-attention: projections; causal QK^T and AV
-        + 4 * t * d * d + 4 * t * s * d  # cross-attention: Q and O projections; QK^T and AV
-        + 4 * t * d * f  # FFN
-    ) + 2 * t * d * v  # output projection
+    decoder = (
+        layers
+        * (
+            8 * t * d * d
+            + 2 * t * (t + 1) * d  # self-attention: projections; causal QK^T and AV
+            + 4 * t * d * d
+            + 4 * t * s * d  # cross-attention: Q and O projections; QK^T and AV
+            + 4 * t * d * f  # FFN
+        )
+        + 2 * t * d * v
+    )  # output projection
     return encoder + cross_keys_values + num_beams * decoder
 
 
@@ -300,7 +336,7 @@ def measure_torch(system: str, size: str, precision: str, device: str, threads: 
     seconds = timed(lambda: [train(batches) for _ in range(passes)], device)[0]
     result = {"train": seconds / passes, "train_peak_mb": peak_memory_mb(device)}
 
-    del optimizer
+    optimizer.state.clear()  # free the Adam moments before generation
     model.eval()
     sources = [workload["sources"][i : i + GENERATION_BATCH] for i in range(0, SOURCES, GENERATION_BATCH)]
     sources = [(pad(s, PAD, device), pad([[1] * len(x) for x in s], 0, device)) for s in sources]
@@ -309,7 +345,9 @@ def measure_torch(system: str, size: str, precision: str, device: str, threads: 
             continue
         with torch.no_grad(), autocast:
             generate(model, system, *sources[0], num_beams)  # warm-up
-            result[task], outputs = timed(lambda: [generate(model, system, *s, num_beams) for s in sources], device)
+            result[task], outputs = timed(
+                lambda n=num_beams: [generate(model, system, *s, n) for s in sources], device
+            )
         assert all(o.shape[1] == NEW_TOKENS for o in outputs), f"{system} did not generate {NEW_TOKENS} tokens"
     return result
 
@@ -321,7 +359,7 @@ def measure_matmul_peak(device: str, precisions: list[str], threads: int) -> dic
     peaks = {}
     for precision in precisions:
         a, b = (torch.randn(MATMUL_SIZE, MATMUL_SIZE, device=device, dtype=DTYPES[precision]) for _ in range(2))
-        times = [timed(lambda: [a @ b for _ in range(calls)], device)[0] for _ in range(6)][1:]
+        times = [timed(lambda a=a, b=b: [a @ b for _ in range(calls)], device)[0] for _ in range(6)][1:]
         peaks[precision] = calls * 2 * MATMUL_SIZE**3 / statistics.median(times)
     return peaks
 
@@ -337,8 +375,16 @@ def convert_for_ct2(size: str, output_dir: str) -> str:
 def measure_ct2(model_dir: str, compute_type: str, device: str, threads: int, workload: dict) -> dict:
     """Seconds of each generation task, timed by benchmark_ctranslate2.py in a fresh process without torch."""
     beams = {task: num_beams for task, num_beams in TASKS.items() if num_beams}
-    task = dict(model_dir=model_dir, sources=workload["sources"], batch_size=GENERATION_BATCH, beams=list(beams.values()),
-                new_tokens=NEW_TOKENS, threads=threads, compute_type=compute_type, device=device)  # fmt: skip
+    task = dict(
+        model_dir=model_dir,
+        sources=workload["sources"],
+        batch_size=GENERATION_BATCH,
+        beams=list(beams.values()),
+        new_tokens=NEW_TOKENS,
+        threads=threads,
+        compute_type=compute_type,
+        device=device,
+    )
     proc = subprocess.run([sys.executable, str(CT2_SCRIPT)], input=json.dumps(task), capture_output=True, text=True)
     if proc.returncode:
         raise RuntimeError(f"benchmark_ctranslate2.py failed:\n{proc.stderr}")
@@ -387,9 +433,12 @@ def run(sizes: list[str], precisions: list[str], device: str, threads: int, repe
                         result = in_fresh_process(measure_torch, system, size, precision, device, threads, workload)
                     for metric, value in result.items():
                         samples.setdefault((size, precision, system), {}).setdefault(metric, []).append(value)
-                    print(f"[{size} {r + 1}/{repeats}] {system} {precision}: "
-                          + ", ".join(f"{k} {v:.3g}" for k, v in result.items())
-                          + f" ({time.perf_counter() - start:.0f} s)", flush=True)  # fmt: skip
+                    print(
+                        f"[{size} {r + 1}/{repeats}] {system} {precision}: "
+                        + ", ".join(f"{k} {v:.3g}" for k, v in result.items())
+                        + f" ({time.perf_counter() - start:.0f} s)",
+                        flush=True,
+                    )
     return {"samples": samples, "peaks": peaks, "ct2": ct2}
 
 
@@ -446,13 +495,21 @@ def check_targets(rows: list[dict], precision: str, ct2: dict) -> list[dict]:
 
 
 def format_report(rows: list[dict], peaks: dict, targets: list[dict], threads: int, device: str) -> str:
-    columns = [("train tok/s", "train_tokens_per_s"), ("% of peak", "train_peak_fraction"), ("train MB", "train_peak_mb"),
-               ("greedy tok/s", "greedy_tokens_per_s"), ("beam-4 tok/s", "beam4_tokens_per_s")]  # fmt: skip
+    columns = [
+        ("train tok/s", "train_tokens_per_s"),
+        ("% of peak", "train_peak_fraction"),
+        ("train MB", "train_peak_mb"),
+        ("greedy tok/s", "greedy_tokens_per_s"),
+        ("beam-4 tok/s", "beam4_tokens_per_s"),
+    ]
     lines = []
     for size, precision in dict.fromkeys((r["size"], r["precision"]) for r in rows):
         peak = statistics.median(peaks[size][precision])
-        lines += ["", f"{size}, {precision} on {device} ({threads} threads; {MATMUL_SIZE}^2 matmul peak "
-                      f"{peak / 1e9:.0f} GFLOP/s). Values (x ratio to {TORCH_SYSTEMS[REFERENCE]})"]  # fmt: skip
+        lines += [
+            "",
+            f"{size}, {precision} on {device} ({threads} threads; {MATMUL_SIZE}^2 matmul peak "
+            f"{peak / 1e9:.0f} GFLOP/s). Values (x ratio to {TORCH_SYSTEMS[REFERENCE]})",
+        ]
         lines.append(f"{'system':<30}" + "".join(f"{title:>20}" for title, _ in columns))
         for row in (r for r in rows if (r["size"], r["precision"]) == (size, precision)):
             cells = []
@@ -483,11 +540,18 @@ def plot(rows: list[dict], path: str) -> None:
     width = 0.8 / len(systems)
     for ax, (size, precision) in zip(axes[0], panels):
         for i, system in enumerate(systems):
-            row = next((r for r in rows if (r["size"], r["precision"], r["system"]) == (size, precision, system)), None)
+            row = next(
+                (r for r in rows if (r["size"], r["precision"], r["system"]) == (size, precision, system)), None
+            )
             if row is None:
                 continue
             ratios = [row["vs_marian"].get(f"{task}_tokens_per_s", math.nan) for task in TASKS]
-            ax.bar([t + (i - (len(systems) - 1) / 2) * width for t in range(len(TASKS))], ratios, width, label=row["label"])
+            ax.bar(
+                [t + (i - (len(systems) - 1) / 2) * width for t in range(len(TASKS))],
+                ratios,
+                width,
+                label=row["label"],
+            )
         ax.axhline(1.0, color="black", linewidth=0.8)
         ax.set_xticks(range(len(TASKS)), ["training", "greedy", "beam-4"])
         ax.set_title(f"{size}, {precision}")
@@ -520,17 +584,33 @@ def main(argv=None) -> dict:
     targets = check_targets(rows, precisions[0], measured["ct2"])
     print(format_report(rows, measured["peaks"], targets, args.threads, args.device))
     summary = {
-        "settings": {"device": args.device, "threads": args.threads, "repeats": args.repeats, "seed": SEED,
-                     "torch": torch.__version__, "transformers": transformers.__version__,
-                     "ctranslate2": importlib.metadata.version("ctranslate2") if measured["ct2"] else None},
-        "workload": {"train_batch": TRAIN_BATCH, "train_lengths": TRAIN_LENGTHS, "train_batches": TRAIN_BATCHES,
-                     "label_smoothing": LABEL_SMOOTHING, "sources": SOURCES, "source_lengths": SOURCE_LENGTHS,
-                     "generation_batch": GENERATION_BATCH, "new_tokens": NEW_TOKENS, "sizes": {s: SIZES[s] for s in args.sizes}},
-        "matmul_peak_flops": {size: {p: statistics.median(v) for p, v in by_p.items()} for size, by_p in measured["peaks"].items()},
+        "settings": {
+            "device": args.device,
+            "threads": args.threads,
+            "repeats": args.repeats,
+            "seed": SEED,
+            "torch": torch.__version__,
+            "transformers": transformers.__version__,
+            "ctranslate2": importlib.metadata.version("ctranslate2") if measured["ct2"] else None,
+        },
+        "workload": {
+            "train_batch": TRAIN_BATCH,
+            "train_lengths": TRAIN_LENGTHS,
+            "train_batches": TRAIN_BATCHES,
+            "label_smoothing": LABEL_SMOOTHING,
+            "sources": SOURCES,
+            "source_lengths": SOURCE_LENGTHS,
+            "generation_batch": GENERATION_BATCH,
+            "new_tokens": NEW_TOKENS,
+            "sizes": {s: SIZES[s] for s in args.sizes},
+        },
+        "matmul_peak_flops": {
+            size: {p: statistics.median(v) for p, v in by_p.items()} for size, by_p in measured["peaks"].items()
+        },
         "result_precision": precisions[0],
         "rows": rows,
         "targets": targets,
-    }  # fmt: skip
+    }
     Path(args.json).write_text(json.dumps(summary, indent=2) + "\n")
     plot(rows, args.plot)
     print(f"\nWrote {args.json} and {args.plot}.")

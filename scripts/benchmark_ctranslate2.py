@@ -78,7 +78,9 @@ def convert_marian(model_dir: str, output_dir: str) -> str:
     return MarianConverter().convert(output_dir, force=True)
 
 
-def generate(translator, sources: list[list[int]], batch_size: int, num_beams: int, new_tokens: int) -> list[list[int]]:
+def generate(
+    translator, sources: list[list[int]], batch_size: int, num_beams: int, new_tokens: int
+) -> list[list[int]]:
     """Exactly `new_tokens` ids per sentence, batches taken in order (as the transformers side does)."""
     out = []
     for i in range(0, len(sources), batch_size):
@@ -93,8 +95,16 @@ def generate(translator, sources: list[list[int]], batch_size: int, num_beams: i
     return out
 
 
-def time_generation(model_dir: str, sources: list[list[int]], batch_size: int, beams: list[int], new_tokens: int,
-                    threads: int, compute_type: str, device: str = "cpu") -> dict:  # fmt: skip
+def time_generation(
+    model_dir: str,
+    sources: list[list[int]],
+    batch_size: int,
+    beams: list[int],
+    new_tokens: int,
+    threads: int,
+    compute_type: str,
+    device: str = "cpu",
+) -> dict:
     """Seconds to decode all of `sources` once per beam size (after a one-batch warm-up), and the ids decoded."""
     import ctranslate2
 

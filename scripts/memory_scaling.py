@@ -17,8 +17,18 @@ from benchmark import in_fresh_process, peak_memory_mb, quiet  # scripts/benchma
 
 from hf_vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
 
-DEMO = dict(vocab_size=8000, d_model=256, encoder_layers=3, decoder_layers=3, encoder_attention_heads=4,
-            decoder_attention_heads=4, encoder_ffn_dim=1024, decoder_ffn_dim=1024, max_position_embeddings=256)  # fmt: skip
+
+DEMO = dict(
+    vocab_size=8000,
+    d_model=256,
+    encoder_layers=3,
+    decoder_layers=3,
+    encoder_attention_heads=4,
+    decoder_attention_heads=4,
+    encoder_ffn_dim=1024,
+    decoder_ffn_dim=1024,
+    max_position_embeddings=256,
+)
 MODES = {"forward": "sdpa", "train": "sdpa", "train-eager": "eager", "generate": "sdpa"}
 NEW_TOKENS = 32
 
@@ -70,7 +80,10 @@ def main(argv=None) -> dict:
                 mb = in_fresh_process(measure, mode, batch_size, length, args.device)
                 tokens = batch_size * length
                 rows.append(dict(mode=mode, batch_size=batch_size, length=length, tokens=tokens, peak_mb=round(mb, 1)))
-                print(f"{mode:<12}{batch_size:>6}{length:>7}{tokens:>8}{mb:>10.1f}{1000 * mb / tokens:>14.2f}", flush=True)
+                print(
+                    f"{mode:<12}{batch_size:>6}{length:>7}{tokens:>8}{mb:>10.1f}{1000 * mb / tokens:>14.2f}",
+                    flush=True,
+                )
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"device": args.device, "config": DEMO, "new_tokens": NEW_TOKENS, "rows": rows}, f, indent=2)

@@ -59,9 +59,23 @@ EXAMPLES = [
 
 @dataclass
 class ModelArguments:
-    model_name_or_path: str | None = field(default=None, metadata={"help": "Fine-tune this model (and its tokenizer) instead of training from scratch."})
-    architecture: str = field(default="vanilla", metadata={"help": "vanilla (this package) or marian (transformers' MarianMTModel, same architecture: the reference in benchmarks).", "choices": ["vanilla", "marian"]})
-    paper_preset: str | None = field(default=None, metadata={"help": "Start from the paper's 'base' or 'big' model instead of the sizes below.", "choices": ["base", "big"]})
+    model_name_or_path: str | None = field(
+        default=None, metadata={"help": "Fine-tune this model (and its tokenizer) instead of training from scratch."}
+    )
+    architecture: str = field(
+        default="vanilla",
+        metadata={
+            "help": "vanilla (this package) or marian (transformers' MarianMTModel, same architecture: the reference in benchmarks).",
+            "choices": ["vanilla", "marian"],
+        },
+    )
+    paper_preset: str | None = field(
+        default=None,
+        metadata={
+            "help": "Start from the paper's 'base' or 'big' model instead of the sizes below.",
+            "choices": ["base", "big"],
+        },
+    )
     d_model: int = field(default=256, metadata={"help": "Model width."})
     encoder_layers: int = field(default=3)
     decoder_layers: int = field(default=3)
@@ -69,36 +83,59 @@ class ModelArguments:
     ffn_dim: int = field(default=1024)
     dropout: float = field(default=0.1)
     norm_first: bool = field(default=False, metadata={"help": "Pre-norm instead of the paper's post-norm."})
-    vocab_size: int = field(default=8000, metadata={"help": "Size of the shared BPE vocabulary trained on the corpus."})
+    vocab_size: int = field(
+        default=8000, metadata={"help": "Size of the shared BPE vocabulary trained on the corpus."}
+    )
     max_position_embeddings: int = field(default=256)
-# fmt: skip
 
 
 @dataclass
 class DataArguments:
     source_lang: str = field(default="de")
     target_lang: str = field(default="en")
-    dataset_name: str | None = field(default=None, metadata={"help": "Hub dataset, e.g. wmt14 (needs network). Default: the bundled Tatoeba corpus."})
+    dataset_name: str | None = field(
+        default=None,
+        metadata={"help": "Hub dataset, e.g. wmt14 (needs network). Default: the bundled Tatoeba corpus."},
+    )
     dataset_config_name: str | None = field(default=None, metadata={"help": "Hub dataset config, e.g. de-en."})
-    train_file: str | None = field(default=None, metadata={"help": "Local JSON Lines / TSV / CSV corpus (and the two below)."})
+    train_file: str | None = field(
+        default=None, metadata={"help": "Local JSON Lines / TSV / CSV corpus (and the two below)."}
+    )
     validation_file: str | None = field(default=None)
     test_file: str | None = field(default=None)
-    max_source_length: int = field(default=64, metadata={"help": "Longer sources are truncated (the demo's longest has 41 tokens)."})
-    max_target_length: int = field(default=64, metadata={"help": "Longer targets are truncated; also the generation length limit."})
+    max_source_length: int = field(
+        default=64, metadata={"help": "Longer sources are truncated (the demo's longest has 41 tokens)."}
+    )
+    max_target_length: int = field(
+        default=64, metadata={"help": "Longer targets are truncated; also the generation length limit."}
+    )
     max_train_samples: int | None = field(default=None)
-    max_eval_samples: int | None = field(default=200, metadata={"help": "Validation pairs scored at each evaluation during training."})
+    max_eval_samples: int | None = field(
+        default=200, metadata={"help": "Validation pairs scored at each evaluation during training."}
+    )
     max_test_samples: int | None = field(default=None)
     preprocessing_num_workers: int | None = field(default=None)
-# fmt: skip
 
 
 @dataclass
 class RecipeArguments:
-    max_train_minutes: float = field(default=9.0, metadata={"help": "Stop training after this much wall-clock time (0: no limit, use --max_steps / --num_train_epochs)."})
-    noam_learning_rate: bool = field(default=False, metadata={"help": "Use the paper's lr = d_model^-0.5 * warmup^-0.5 peak (overrides --learning_rate)."})
-    overwrite_output_dir: bool = field(default=False, metadata={"help": "Allow training into a non-empty output folder that holds no checkpoint to resume."})
-    translate: list[str] = field(default_factory=lambda: list(EXAMPLES), metadata={"help": "Sentences to translate at the end."})
-# fmt: skip
+    max_train_minutes: float = field(
+        default=9.0,
+        metadata={
+            "help": "Stop training after this much wall-clock time (0: no limit, use --max_steps / --num_train_epochs)."
+        },
+    )
+    noam_learning_rate: bool = field(
+        default=False,
+        metadata={"help": "Use the paper's lr = d_model^-0.5 * warmup^-0.5 peak (overrides --learning_rate)."},
+    )
+    overwrite_output_dir: bool = field(
+        default=False,
+        metadata={"help": "Allow training into a non-empty output folder that holds no checkpoint to resume."},
+    )
+    translate: list[str] = field(
+        default_factory=lambda: list(EXAMPLES), metadata={"help": "Sentences to translate at the end."}
+    )
 
 
 DEMO_DEFAULTS = dict(
@@ -170,42 +207,77 @@ def build_tokenizer(model_args, data_args, corpus, output_dir, resuming):
 def build_model(model_args, tokenizer):
     if model_args.model_name_or_path:
         return AutoModelForSeq2SeqLM.from_pretrained(model_args.model_name_or_path, trust_remote_code=True)
-    sizes = dict(d_model=model_args.d_model, encoder_layers=model_args.encoder_layers, decoder_layers=model_args.decoder_layers,
-                 encoder_attention_heads=model_args.attention_heads, decoder_attention_heads=model_args.attention_heads,
-                 encoder_ffn_dim=model_args.ffn_dim, decoder_ffn_dim=model_args.ffn_dim, dropout=model_args.dropout)  # fmt: skip
-    ids = dict(vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
-               decoder_start_token_id=tokenizer.bos_token_id, max_position_embeddings=model_args.max_position_embeddings)  # fmt: skip
+    sizes = dict(
+        d_model=model_args.d_model,
+        encoder_layers=model_args.encoder_layers,
+        decoder_layers=model_args.decoder_layers,
+        encoder_attention_heads=model_args.attention_heads,
+        decoder_attention_heads=model_args.attention_heads,
+        encoder_ffn_dim=model_args.ffn_dim,
+        decoder_ffn_dim=model_args.ffn_dim,
+        dropout=model_args.dropout,
+    )
+    ids = dict(
+        vocab_size=len(tokenizer),
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        decoder_start_token_id=tokenizer.bos_token_id,
+        max_position_embeddings=model_args.max_position_embeddings,
+    )
     if model_args.architecture == "marian":
         # The same architecture in transformers' MarianMTModel: static sinusoidal positions, post-norm, ReLU, shared and
         # tied embeddings scaled by sqrt(d_model).
-        config = MarianConfig(**sizes, **ids, bos_token_id=tokenizer.bos_token_id, activation_function="relu",
-                              scale_embedding=True, share_encoder_decoder_embeddings=True, attention_dropout=0.0,
-                              activation_dropout=0.0, forced_eos_token_id=None)  # fmt: skip
+        config = MarianConfig(
+            **sizes,
+            **ids,
+            bos_token_id=tokenizer.bos_token_id,
+            activation_function="relu",
+            scale_embedding=True,
+            share_encoder_decoder_embeddings=True,
+            attention_dropout=0.0,
+            activation_dropout=0.0,
+            forced_eos_token_id=None,
+        )
         model = MarianMTModel(config)
     else:
         if model_args.paper_preset:
-            config = VanillaTransformerConfig.from_paper(model_args.paper_preset, **ids, bos_token_id=tokenizer.bos_token_id)
+            config = VanillaTransformerConfig.from_paper(
+                model_args.paper_preset, **ids, bos_token_id=tokenizer.bos_token_id
+            )
         else:
-            config = VanillaTransformerConfig(**sizes, **ids, bos_token_id=tokenizer.bos_token_id, norm_first=model_args.norm_first)
+            config = VanillaTransformerConfig(
+                **sizes, **ids, bos_token_id=tokenizer.bos_token_id, norm_first=model_args.norm_first
+            )
         model = VanillaTransformerForConditionalGeneration(config)
     return model
 
 
 def main():
     model_args, data_args, recipe_args, training_args = parse_args()
-    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO if training_args.should_log else logging.WARN)
+    logging.basicConfig(
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        level=logging.INFO if training_args.should_log else logging.WARN,
+    )
     transformers.utils.logging.set_verbosity_warning()
     set_seed(training_args.seed)
     resume_from = prepare_output_dir(training_args, recipe_args)
     output_dir = Path(training_args.output_dir)
     started = time.time()
 
-    corpus = load_parallel_corpus(data_args.source_lang, data_args.target_lang, data_args.dataset_name,
-                                  data_args.dataset_config_name, data_args.train_file, data_args.validation_file,
-                                  data_args.test_file)  # fmt: skip
+    corpus = load_parallel_corpus(
+        data_args.source_lang,
+        data_args.target_lang,
+        data_args.dataset_name,
+        data_args.dataset_config_name,
+        data_args.train_file,
+        data_args.validation_file,
+        data_args.test_file,
+    )
     tokenizer = build_tokenizer(model_args, data_args, corpus, output_dir, resume_from is not None)
     model = build_model(model_args, tokenizer)
-    generation_config = VanillaTransformerConfig.paper_generation_config(model.config, max_length=data_args.max_target_length)
+    generation_config = VanillaTransformerConfig.paper_generation_config(
+        model.config, max_length=data_args.max_target_length
+    )
     model.generation_config = generation_config
     if training_args.should_save:
         output_dir.mkdir(parents=True, exist_ok=True)
@@ -215,11 +287,22 @@ def main():
     n_params = sum(p.numel() for p in model.parameters())
     logger.info("%s with %.1fM parameters, vocabulary %d", type(model).__name__, n_params / 1e6, len(tokenizer))
 
-    limits = {"train": data_args.max_train_samples, "validation": data_args.max_eval_samples, "test": data_args.max_test_samples}
+    limits = {
+        "train": data_args.max_train_samples,
+        "validation": data_args.max_eval_samples,
+        "test": data_args.max_test_samples,
+    }
     with training_args.main_process_first(desc="tokenizing"):
-        datasets = tokenize_corpus(corpus, tokenizer, data_args.source_lang, data_args.target_lang,
-                                   data_args.max_source_length, data_args.max_target_length, limits,
-                                   data_args.preprocessing_num_workers)  # fmt: skip
+        datasets = tokenize_corpus(
+            corpus,
+            tokenizer,
+            data_args.source_lang,
+            data_args.target_lang,
+            data_args.max_source_length,
+            data_args.max_target_length,
+            limits,
+            data_args.preprocessing_num_workers,
+        )
     epsilon, training_args.label_smoothing_factor = training_args.label_smoothing_factor, 0.0  # TranslationTrainer's
     callbacks = [TimeBudgetCallback(recipe_args.max_train_minutes)] if recipe_args.max_train_minutes > 0 else []
     trainer = TranslationTrainer(
@@ -244,8 +327,17 @@ def main():
         predictions = trainer.predict(datasets["test"], metric_key_prefix="test")
         metrics["test"] = predictions.metrics
     if trainer.is_world_process_zero():
-        summary = summarize(model, tokenizer, data_args, training_args, trainer.state, metrics, epsilon,
-                            len(datasets["train"]), time.time() - started)
+        summary = summarize(
+            model,
+            tokenizer,
+            data_args,
+            training_args,
+            trainer.state,
+            metrics,
+            epsilon,
+            len(datasets["train"]),
+            time.time() - started,
+        )
         write_json(output_dir / "metrics.json", summary)
         plot_training_curves(trainer.state.log_history, output_dir / "training_curves.png")
         report(summary, model, tokenizer, recipe_args.translate, output_dir)
@@ -258,27 +350,50 @@ def summarize(model, tokenizer, data_args, training_args, state, metrics, epsilo
         "source_lang": data_args.source_lang,
         "target_lang": data_args.target_lang,
         "dataset": {
-            "name": "Tatoeba German-English (bundled with hf_vanilla_transformer)" if bundled else
-            (data_args.dataset_name or data_args.train_file),
+            "name": "Tatoeba German-English (bundled with hf_vanilla_transformer)"
+            if bundled
+            else (data_args.dataset_name or data_args.train_file),
             "config": data_args.dataset_config_name,
             "license": "cc-by-2.0-fr" if bundled else None,
             "attribution": BUNDLED_ATTRIBUTION if bundled else None,
         },
-        "model": {"architecture": type(model).__name__, "parameters": sum(p.numel() for p in model.parameters()),
-                  "d_model": model.config.d_model, "encoder_layers": model.config.encoder_layers,
-                  "decoder_layers": model.config.decoder_layers, "vocab_size": len(tokenizer)},
-        "test": {"bleu": test.get("test_bleu"), "chrf": test.get("test_chrf"), "num_samples": test.get("test_num_samples"),
-                 "num_beams": model.generation_config.num_beams, "length_penalty": model.generation_config.length_penalty},
-        "training": {"steps": state.global_step, "epochs": epochs_seen(state),
-                     "runtime_seconds": round(metrics["train"].get("train_runtime", 0.0), 1),
-                     "total_seconds": round(seconds, 1), "train_samples": train_samples,
-                     "hardware": hardware(), "learning_rate": training_args.learning_rate,
-                     "lr_scheduler": str(training_args.lr_scheduler_type.value if hasattr(training_args.lr_scheduler_type, "value") else training_args.lr_scheduler_type),
-                     "warmup_steps": training_args.warmup_steps, "label_smoothing": epsilon,
-                     "per_device_train_batch_size": training_args.per_device_train_batch_size,
-                     "world_size": training_args.world_size, "bf16": training_args.bf16, "seed": training_args.seed},
+        "model": {
+            "architecture": type(model).__name__,
+            "parameters": sum(p.numel() for p in model.parameters()),
+            "d_model": model.config.d_model,
+            "encoder_layers": model.config.encoder_layers,
+            "decoder_layers": model.config.decoder_layers,
+            "vocab_size": len(tokenizer),
+        },
+        "test": {
+            "bleu": test.get("test_bleu"),
+            "chrf": test.get("test_chrf"),
+            "num_samples": test.get("test_num_samples"),
+            "num_beams": model.generation_config.num_beams,
+            "length_penalty": model.generation_config.length_penalty,
+        },
+        "training": {
+            "steps": state.global_step,
+            "epochs": epochs_seen(state),
+            "runtime_seconds": round(metrics["train"].get("train_runtime", 0.0), 1),
+            "total_seconds": round(seconds, 1),
+            "train_samples": train_samples,
+            "hardware": hardware(),
+            "learning_rate": training_args.learning_rate,
+            "lr_scheduler": str(
+                training_args.lr_scheduler_type.value
+                if hasattr(training_args.lr_scheduler_type, "value")
+                else training_args.lr_scheduler_type
+            ),
+            "warmup_steps": training_args.warmup_steps,
+            "label_smoothing": epsilon,
+            "per_device_train_batch_size": training_args.per_device_train_batch_size,
+            "world_size": training_args.world_size,
+            "bf16": training_args.bf16,
+            "seed": training_args.seed,
+        },
         "command": " ".join(["python", os.path.relpath(sys.argv[0]), *map(shlex.quote, sys.argv[1:])]),
-    }  # fmt: skip
+    }
 
 
 def hardware() -> str:
@@ -290,9 +405,13 @@ def hardware() -> str:
 def report(summary, model, tokenizer, sentences, output_dir):
     test = summary["test"]
     if test["bleu"] is not None:
-        print(f"\nTest set ({test['num_samples']} pairs, beam {test['num_beams']}): BLEU {test['bleu']:.2f}  chrF {test['chrf']:.2f}")
-    print(f"Trained {summary['training']['steps']} steps ({summary['training']['epochs']} epochs) in "
-          f"{summary['training']['runtime_seconds'] / 60:.1f} min; model saved to {output_dir}\n")  # fmt: skip
+        print(
+            f"\nTest set ({test['num_samples']} pairs, beam {test['num_beams']}): BLEU {test['bleu']:.2f}  chrF {test['chrf']:.2f}"
+        )
+    print(
+        f"Trained {summary['training']['steps']} steps ({summary['training']['epochs']} epochs) in "
+        f"{summary['training']['runtime_seconds'] / 60:.1f} min; model saved to {output_dir}\n"
+    )
     model.eval()
     batch = tokenizer(sentences, return_tensors="pt", padding=True, truncation=True).to(model.device)
     with torch.no_grad():

@@ -1,5 +1,6 @@
 import os
 
+
 # Tests never reach the Hugging Face Hub.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")

@@ -29,8 +29,10 @@ def saved_model(tmp_path_factory):
 
 
 def test_auto_classes_build_our_models():
-    config = AutoConfig.for_model("vanilla_transformer", **{k: v for k, v in tiny_config().to_dict().items()
-                                                            if k in VanillaTransformerConfig.__annotations__})  # fmt: skip
+    config = AutoConfig.for_model(
+        "vanilla_transformer",
+        **{k: v for k, v in tiny_config().to_dict().items() if k in VanillaTransformerConfig.__annotations__},
+    )
     assert type(AutoModelForSeq2SeqLM.from_config(config)) is VanillaTransformerForConditionalGeneration
     assert type(AutoModel.from_config(config)) is VanillaTransformerModel
 
@@ -38,8 +40,13 @@ def test_auto_classes_build_our_models():
 def test_saved_folder_holds_safetensors_configs_code_and_auto_map(saved_model):
     _, path = saved_model
     files = set(os.listdir(path))
-    assert {"config.json", "generation_config.json", "model.safetensors", "configuration_vanilla_transformer.py",
-            "modeling_vanilla_transformer.py"} <= files  # fmt: skip
+    assert {
+        "config.json",
+        "generation_config.json",
+        "model.safetensors",
+        "configuration_vanilla_transformer.py",
+        "modeling_vanilla_transformer.py",
+    } <= files
     assert not any(name.endswith((".bin", ".pt", ".pkl")) for name in files)
     auto_map = json.loads((path / "config.json").read_text())["auto_map"]
     assert auto_map == {
@@ -55,9 +62,13 @@ def test_code_files_import_only_torch_transformers_and_each_other(saved_model):
         for line in (path / name).read_text().splitlines():
             if line.startswith(("import ", "from ")):
                 module = line.split()[1]
-                assert module.split(".")[0] in {"math", "collections", "torch", "transformers", ""} or module.startswith(
-                    ".configuration_vanilla_transformer"
-                ), f"{name}: {line}"
+                assert module.split(".")[0] in {
+                    "math",
+                    "collections",
+                    "torch",
+                    "transformers",
+                    "",
+                } or module.startswith(".configuration_vanilla_transformer"), f"{name}: {line}"
 
 
 def test_save_load_round_trip_gives_identical_outputs(saved_model):
@@ -105,7 +116,12 @@ def test_remote_code_loads_in_a_process_without_the_package(saved_model, tmp_pat
     model, path = saved_model
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf_home"), "PYTHONPATH": ""}
     result = subprocess.run(
-        [sys.executable, "-c", REMOTE_SCRIPT, str(path)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
+        [sys.executable, "-c", REMOTE_SCRIPT, str(path)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     expected = model.generate(input_ids=torch.tensor([[5, 6, 7, 8, 2]]), max_new_tokens=5, eos_token_id=None).tolist()
@@ -124,7 +140,8 @@ def test_remote_code_without_trust_fails_before_running_code(saved_model, tmp_pa
         "print('loaded modules:', any(m.startswith('transformers_modules') for m in sys.modules))\n"
     )
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf_home"), "PYTHONPATH": ""}
-    result = subprocess.run([sys.executable, "-c", script, str(path)], cwd=tmp_path, env=env, capture_output=True,
-                            text=True, timeout=300)  # fmt: skip
+    result = subprocess.run(
+        [sys.executable, "-c", script, str(path)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
+    )
     assert "refused: True" in result.stdout, result.stderr[-3000:]
     assert "loaded modules: False" in result.stdout

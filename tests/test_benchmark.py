@@ -36,7 +36,11 @@ def randomize(model, seed=0):
             if "embed_positions" in name:
                 continue
             if p.dim() == 2:  # the shared embedding ~ 1/sqrt(d_model), other weights ~ 2/sqrt(fan_in)
-                p.copy_(torch.randn(p.shape, generator=g) / p.shape[1] ** 0.5 * (1 if "embed" in name or "shared" in name else 2))
+                p.copy_(
+                    torch.randn(p.shape, generator=g)
+                    / p.shape[1] ** 0.5
+                    * (1 if "embed" in name or "shared" in name else 2)
+                )
             else:  # biases around 0, LayerNorm gains around 1
                 p.copy_(0.1 * torch.randn(p.shape, generator=g) + ("norm" in name and name.endswith("weight")))
         if hasattr(model, "final_logits_bias"):  # MarianMTModel's (a buffer)
@@ -136,12 +140,23 @@ def test_ctranslate2_conversion_decodes_like_transformers(tmp_path):
     model = benchmark.build_model("marian-sdpa", "tiny").eval()
     randomize(model)
     model.save_pretrained(tmp_path / "marian")
-    convert = f"import benchmark_ctranslate2 as c; c.convert_marian({str(tmp_path / 'marian')!r}, {str(tmp_path / 'ct2')!r})"
+    convert = (
+        f"import benchmark_ctranslate2 as c; c.convert_marian({str(tmp_path / 'marian')!r}, {str(tmp_path / 'ct2')!r})"
+    )
     subprocess.run([sys.executable, "-c", convert], cwd=SCRIPTS, check=True, capture_output=True)
     sources = benchmark.make_workload(100)["sources"][:16]
-    task = dict(model_dir=str(tmp_path / "ct2"), sources=sources, batch_size=16, beams=[1, 4], new_tokens=30, threads=1,
-                compute_type="float32")  # fmt: skip
-    proc = subprocess.run([sys.executable, benchmark.CT2_SCRIPT], input=json.dumps(task), capture_output=True, text=True)
+    task = dict(
+        model_dir=str(tmp_path / "ct2"),
+        sources=sources,
+        batch_size=16,
+        beams=[1, 4],
+        new_tokens=30,
+        threads=1,
+        compute_type="float32",
+    )
+    proc = subprocess.run(
+        [sys.executable, benchmark.CT2_SCRIPT], input=json.dumps(task), capture_output=True, text=True
+    )
     result = json.loads(proc.stdout)
     assert not result["torch_in_process"]
     ids, mask = benchmark.pad(sources, 0, "cpu"), benchmark.pad([[1] * len(s) for s in sources], 0, "cpu")
@@ -154,8 +169,20 @@ def test_ctranslate2_conversion_decodes_like_transformers(tmp_path):
 
 @pytest.mark.slow
 def test_cli_end_to_end(tmp_path):
-    summary = benchmark.main(["--sizes", "tiny", "--repeats", "1", "--threads", "1",
-                              "--json", str(tmp_path / "r.json"), "--plot", str(tmp_path / "r.png")])  # fmt: skip
+    summary = benchmark.main(
+        [
+            "--sizes",
+            "tiny",
+            "--repeats",
+            "1",
+            "--threads",
+            "1",
+            "--json",
+            str(tmp_path / "r.json"),
+            "--plot",
+            str(tmp_path / "r.png"),
+        ]
+    )
     assert json.loads((tmp_path / "r.json").read_text()) == json.loads(json.dumps(summary))
     assert (tmp_path / "r.png").stat().st_size > 0
     rows = {row["system"]: row for row in summary["rows"]}
@@ -167,16 +194,19 @@ def test_cli_end_to_end(tmp_path):
         assert ("train_tokens_per_s" in row) == system.startswith(("ours", "marian", "nn"))
     assert rows["marian-sdpa"]["vs_marian"]["train_tokens_per_s"] == 1.0
     assert 0 < rows["ours-sdpa"]["train_peak_fraction"] < 1 and rows["ours-sdpa"]["train_peak_mb"] > 100
-    assert {t["target"] for t in summary["targets"]} >= {"training >= 1.3x MarianMTModel (sdpa)",
-                                                         "peak training memory <= MarianMTModel (sdpa)"}  # fmt: skip
+    assert {t["target"] for t in summary["targets"]} >= {
+        "training >= 1.3x MarianMTModel (sdpa)",
+        "peak training memory <= MarianMTModel (sdpa)",
+    }
 
 
 @pytest.mark.slow
 def test_memory_scaling_grows_with_the_batch(tmp_path):
     import memory_scaling
 
-    memory_scaling.main(["--modes", "forward", "--batch_sizes", "1", "64", "--lengths", "64",
-                         "--json", str(tmp_path / "m.json")])  # fmt: skip
+    memory_scaling.main(
+        ["--modes", "forward", "--batch_sizes", "1", "64", "--lengths", "64", "--json", str(tmp_path / "m.json")]
+    )
     rows = json.loads((tmp_path / "m.json").read_text())["rows"]
     assert [(r["batch_size"], r["length"]) for r in rows] == [(1, 64), (64, 64)]
     assert rows[1]["peak_mb"] > rows[0]["peak_mb"] + 100  # 64x64 positions of 8000 logits alone take 125 MB

@@ -22,7 +22,12 @@ def test_defaults_are_the_papers_base_model():
 
 def test_big_model_is_one_call_away():
     config = VanillaTransformerConfig.from_paper("big", vocab_size=32000)
-    assert (config.d_model, config.encoder_ffn_dim, config.encoder_attention_heads, config.dropout) == (1024, 4096, 16, 0.3)
+    assert (config.d_model, config.encoder_ffn_dim, config.encoder_attention_heads, config.dropout) == (
+        1024,
+        4096,
+        16,
+        0.3,
+    )
     assert config.vocab_size == 32000
     with pytest.raises(ValueError, match="size"):
         VanillaTransformerConfig.from_paper("huge")
@@ -67,8 +72,15 @@ def test_inconsistent_values_raise_a_value_error_naming_the_field(kwargs, field)
 
 
 def test_round_trip_through_dict_and_folder(tmp_path):
-    config = VanillaTransformerConfig(vocab_size=1234, d_model=64, encoder_attention_heads=4, decoder_attention_heads=2,
-                                      norm_first=True, init_std=0.05, eos_token_id=3)  # fmt: skip
+    config = VanillaTransformerConfig(
+        vocab_size=1234,
+        d_model=64,
+        encoder_attention_heads=4,
+        decoder_attention_heads=2,
+        norm_first=True,
+        init_std=0.05,
+        eos_token_id=3,
+    )
     assert VanillaTransformerConfig.from_dict(config.to_dict()).to_dict() == config.to_dict()
     config.save_pretrained(tmp_path)
     assert VanillaTransformerConfig.from_pretrained(tmp_path).to_dict() == config.to_dict()
@@ -82,8 +94,15 @@ def test_generation_settings_live_in_the_generation_config():
 
 def test_every_config_field_is_used():
     """No dead options: each field of the config is read by the modeling code or by transformers itself."""
-    read_by_transformers = {"pad_token_id", "bos_token_id", "eos_token_id", "use_cache", "is_encoder_decoder",
-                            "tie_word_embeddings", "decoder_start_token_id"}  # fmt: skip
+    read_by_transformers = {
+        "pad_token_id",
+        "bos_token_id",
+        "eos_token_id",
+        "use_cache",
+        "is_encoder_decoder",
+        "tie_word_embeddings",
+        "decoder_start_token_id",
+    }
     source = inspect.getsource(modeling_vanilla_transformer)
     attributes = {node.attr for node in ast.walk(ast.parse(source)) if isinstance(node, ast.Attribute)}
     own_fields = set(VanillaTransformerConfig.__annotations__)

@@ -2,7 +2,7 @@
 
 import pytest
 import torch
-from transformers import EncoderDecoderCache, DynamicCache, GenerationConfig
+from transformers import DynamicCache, EncoderDecoderCache, GenerationConfig
 from transformers.generation import CompileConfig
 
 from hf_vanilla_transformer import VanillaTransformerForConditionalGeneration
@@ -71,7 +71,9 @@ def test_padded_rows_generate_the_same_tokens_as_alone():
     input_ids, attention_mask = sources()
     batched = model.generate(input_ids=input_ids, attention_mask=attention_mask, max_new_tokens=10, eos_token_id=None)
     for row in range(3):
-        alone = model.generate(input_ids=input_ids[row, attention_mask[row].bool()][None], max_new_tokens=10, eos_token_id=None)
+        alone = model.generate(
+            input_ids=input_ids[row, attention_mask[row].bool()][None], max_new_tokens=10, eos_token_id=None
+        )
         assert torch.equal(batched[row], alone[0])
 
 

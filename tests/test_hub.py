@@ -32,17 +32,35 @@ COMMIT = "0123456789abcdef0123456789abcdef01234567"
 METRICS = {
     "source_lang": "de",
     "target_lang": "en",
-    "dataset": {"name": "Tatoeba German-English (bundled with hf_vanilla_transformer)", "license": "cc-by-2.0-fr",
-                "attribution": "Sentence pairs from the Tatoeba Project (https://tatoeba.org), CC BY 2.0 FR."},
+    "dataset": {
+        "name": "Tatoeba German-English (bundled with hf_vanilla_transformer)",
+        "license": "cc-by-2.0-fr",
+        "attribution": "Sentence pairs from the Tatoeba Project (https://tatoeba.org), CC BY 2.0 FR.",
+    },
     "test": {"bleu": 30.1, "chrf": 45.2, "num_samples": 1000, "num_beams": 4, "length_penalty": 0.6},
-    "training": {"steps": 3000, "epochs": 3.1, "runtime_seconds": 600, "train_samples": 30000,
-                 "hardware": "2 CPU cores", "learning_rate": 0.001, "warmup_steps": 300, "label_smoothing": 0.1,
-                 "per_device_train_batch_size": 64},
+    "training": {
+        "steps": 3000,
+        "epochs": 3.1,
+        "runtime_seconds": 600,
+        "train_samples": 30000,
+        "hardware": "2 CPU cores",
+        "learning_rate": 0.001,
+        "warmup_steps": 300,
+        "label_smoothing": 0.1,
+        "per_device_train_batch_size": 64,
+    },
     "command": "python scripts/train_translation.py --output_dir runs/demo",
-}  # fmt: skip
+}
 CODE_FILES = ("configuration_vanilla_transformer.py", "modeling_vanilla_transformer.py", "pipeline_translation.py")
-PUBLISHED = {"README.md", "config.json", "generation_config.json", "model.safetensors", "tokenizer.json",
-             "tokenizer_config.json", *CODE_FILES}  # fmt: skip
+PUBLISHED = {
+    "README.md",
+    "config.json",
+    "generation_config.json",
+    "model.safetensors",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    *CODE_FILES,
+}
 SOURCES = ["Ich habe Hunger.", "Wo ist der Bahnhof?", "", "Tom ist nicht hier."]
 
 
@@ -115,11 +133,20 @@ def test_the_card_is_a_valid_hub_card_carrying_the_measured_metrics(trained_dir,
     assert data.pipeline_tag == "translation" and data.datasets == ["Helsinki-NLP/tatoeba"]
     assert {"translation", "vanilla_transformer", "custom_code"} <= set(data.tags)
     assert {(r.metric_type, r.metric_value, r.dataset_split) for r in data.eval_results} == {
-        ("bleu", 30.1, "test"), ("chrf", 45.2, "test")
+        ("bleu", 30.1, "test"),
+        ("chrf", 45.2, "test"),
     }
-    for text in ("| BLEU | 30.1 |", "beam size 4 and length penalty 0.6", "| Label smoothing | 0.1 |",
-                 METRICS["command"], METRICS["dataset"]["attribution"], "trust_remote_code=True",
-                 'revision = "main"', "code_revision=revision", "use_safetensors=True"):  # fmt: skip
+    for text in (
+        "| BLEU | 30.1 |",
+        "beam size 4 and length penalty 0.6",
+        "| Label smoothing | 0.1 |",
+        METRICS["command"],
+        METRICS["dataset"]["attribution"],
+        "trust_remote_code=True",
+        'revision = "main"',
+        "code_revision=revision",
+        "use_safetensors=True",
+    ):
         assert text in card.text, text
 
 
@@ -188,9 +215,13 @@ def test_a_published_folder_loads_by_repo_id_from_the_hub_cache_without_the_pack
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf_home"), "PYTHONPATH": ""}
     env.pop("HF_HUB_CACHE", None)
     result = subprocess.run(
-        [sys.executable, "-c", HUB_USER_SCRIPT, json.dumps(SOURCES), usage, COMMIT], cwd=tmp_path, env=env,
-        capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+        [sys.executable, "-c", HUB_USER_SCRIPT, json.dumps(SOURCES), usage, COMMIT],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
 
     local = pipeline("translation", model=str(staged), pipeline_class=TranslationPipeline)

@@ -18,7 +18,9 @@ from .conftest import random_batch, tiny_config
 
 def make_model(attn_implementation="eager", **overrides):
     config = tiny_config(**overrides)
-    return VanillaTransformerForConditionalGeneration._from_config(config, attn_implementation=attn_implementation).eval()
+    return VanillaTransformerForConditionalGeneration._from_config(
+        config, attn_implementation=attn_implementation
+    ).eval()
 
 
 def paper_pe(length, d_model):
@@ -292,7 +294,9 @@ def test_padded_rows_give_the_same_logits_as_alone(attn):
         ).logits
         for row in range(input_ids.shape[0]):
             src, tgt = attention_mask[row].bool(), decoder_attention_mask[row].bool()
-            alone = model(input_ids=input_ids[row, src][None], decoder_input_ids=decoder_input_ids[row, tgt][None]).logits
+            alone = model(
+                input_ids=input_ids[row, src][None], decoder_input_ids=decoder_input_ids[row, tgt][None]
+            ).logits
             torch.testing.assert_close(batched[row, tgt], alone[0], atol=1e-5, rtol=1e-5)
 
 
@@ -314,8 +318,10 @@ def test_mask_dtypes_bool_int_float_agree():
     input_ids, attention_mask, _ = random_batch()
     dec = torch.ones(3, 2, dtype=torch.long)
     with torch.no_grad():
-        outs = [model(input_ids=input_ids, attention_mask=m, decoder_input_ids=dec).logits
-                for m in (attention_mask, attention_mask.bool(), attention_mask.float())]  # fmt: skip
+        outs = [
+            model(input_ids=input_ids, attention_mask=m, decoder_input_ids=dec).logits
+            for m in (attention_mask, attention_mask.bool(), attention_mask.float())
+        ]
     torch.testing.assert_close(outs[0], outs[1])
     torch.testing.assert_close(outs[0], outs[2])
 
@@ -338,10 +344,14 @@ def test_loss_uses_num_items_in_batch_for_gradient_accumulation():
     full = model(input_ids=input_ids, attention_mask=attention_mask, labels=labels).loss
     n = int((labels != -100).sum())
     parts = [
-        model(input_ids=input_ids[i : i + 1], attention_mask=attention_mask[i : i + 1], labels=labels[i : i + 1],
-              num_items_in_batch=torch.tensor(n)).loss
+        model(
+            input_ids=input_ids[i : i + 1],
+            attention_mask=attention_mask[i : i + 1],
+            labels=labels[i : i + 1],
+            num_items_in_batch=torch.tensor(n),
+        ).loss
         for i in range(3)
-    ]  # fmt: skip
+    ]
     torch.testing.assert_close(sum(parts), full, atol=1e-6, rtol=1e-6)
 
 
@@ -369,7 +379,11 @@ def test_hidden_states_and_attentions_have_the_expected_shapes():
     model = make_model()
     input_ids, attention_mask, labels = random_batch()
     out = model(
-        input_ids=input_ids, attention_mask=attention_mask, labels=labels, output_hidden_states=True, output_attentions=True
+        input_ids=input_ids,
+        attention_mask=attention_mask,
+        labels=labels,
+        output_hidden_states=True,
+        output_attentions=True,
     )
     assert len(out.encoder_hidden_states) == 3 and out.encoder_hidden_states[0].shape == (3, 7, 16)
     assert len(out.decoder_hidden_states) == 3 and out.decoder_hidden_states[-1].shape == (3, 5, 16)
@@ -442,10 +456,16 @@ def test_a_padded_training_batch_gives_the_gradients_of_its_rows_alone():
         model(**batch, num_items_in_batch=torch.tensor(n), label_smoothing=0.1).loss.backward()
         return {name: p.grad.clone() for name, p in model.named_parameters()}
 
-    batched = grads(input_ids=input_ids, attention_mask=attention_mask, labels=labels,
-                    decoder_attention_mask=decoder_attention_mask)  # fmt: skip
-    rows = [grads(input_ids=input_ids[i, attention_mask[i].bool()][None], labels=labels[i, labels[i] != -100][None])
-            for i in range(3)]  # fmt: skip
+    batched = grads(
+        input_ids=input_ids,
+        attention_mask=attention_mask,
+        labels=labels,
+        decoder_attention_mask=decoder_attention_mask,
+    )
+    rows = [
+        grads(input_ids=input_ids[i, attention_mask[i].bool()][None], labels=labels[i, labels[i] != -100][None])
+        for i in range(3)
+    ]
     for name, grad in batched.items():
         torch.testing.assert_close(grad, sum(row[name] for row in rows), atol=1e-6, rtol=1e-4, msg=name)
 

@@ -13,16 +13,29 @@ import torch
 from transformers import MarianConfig, MarianMTModel, pipeline
 from transformers.pipelines import PIPELINE_REGISTRY
 
-from hf_vanilla_transformer import TranslationPipeline, VanillaTransformerForConditionalGeneration, pipeline_translation
+from hf_vanilla_transformer import (
+    TranslationPipeline,
+    VanillaTransformerForConditionalGeneration,
+    pipeline_translation,
+)
 from hf_vanilla_transformer.pipeline_translation import register_translation_pipeline
 
 from .conftest import tiny_config
 from .tiny_tokenizer import tiny_tokenizer
 
 
-SOURCES = ["Ich habe Hunger.", "Wo ist der Bahnhof?", "Tom ist nicht hier.", "Kannst du mir helfen?",
-           "Das Wetter ist heute schön.", "Wer hat dir das gegeben?", "Ich", "Tom hat Hunger.", "Wo ist Tom?",
-           "Das ist schön."]  # fmt: skip
+SOURCES = [
+    "Ich habe Hunger.",
+    "Wo ist der Bahnhof?",
+    "Tom ist nicht hier.",
+    "Kannst du mir helfen?",
+    "Das Wetter ist heute schön.",
+    "Wer hat dir das gegeben?",
+    "Ich",
+    "Tom hat Hunger.",
+    "Wo ist Tom?",
+    "Das ist schön.",
+]
 
 
 @pytest.fixture(scope="module")
@@ -127,10 +140,19 @@ def test_task_names_with_languages(translator, tokenizer):
 
 def test_a_marian_model_works_through_the_same_pipeline(tokenizer):
     config = MarianConfig(
-        vocab_size=len(tokenizer), d_model=16, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2,
-        decoder_attention_heads=2, encoder_ffn_dim=32, decoder_ffn_dim=32, max_position_embeddings=64,
-        pad_token_id=0, eos_token_id=2, decoder_start_token_id=0,
-    )  # fmt: skip
+        vocab_size=len(tokenizer),
+        d_model=16,
+        encoder_layers=1,
+        decoder_layers=1,
+        encoder_attention_heads=2,
+        decoder_attention_heads=2,
+        encoder_ffn_dim=32,
+        decoder_ffn_dim=32,
+        max_position_embeddings=64,
+        pad_token_id=0,
+        eos_token_id=2,
+        decoder_start_token_id=0,
+    )
     torch.manual_seed(0)
     marian = MarianMTModel(config).eval()
     translate = pipeline("translation", model=marian, tokenizer=tokenizer)
@@ -175,9 +197,13 @@ def test_a_saved_pipeline_runs_as_remote_code_without_the_package(tokenizer, tmp
 
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf_home"), "PYTHONPATH": ""}
     result = subprocess.run(
-        [sys.executable, "-c", REMOTE_SCRIPT, str(folder), json.dumps(SOURCES)], cwd=tmp_path, env=env,
-        capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+        [sys.executable, "-c", REMOTE_SCRIPT, str(folder), json.dumps(SOURCES)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     assert json.loads(result.stdout.strip().splitlines()[-1]) == translator(SOURCES, max_new_tokens=5)
 

@@ -7,7 +7,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
 from transformers import (
@@ -37,12 +36,33 @@ from .conftest import tiny_config
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "train_translation.py"
 PAIRS = [
-    ("Guten Morgen!", "Good morning!"), ("Ich bin müde.", "I am tired."), ("Wo ist Tom?", "Where is Tom?"),
-    ("Das ist gut.", "That is good."), ("Ich liebe dich.", "I love you."), ("Es regnet.", "It is raining."),
-    ("Danke schön.", "Thank you."), ("Komm her!", "Come here!"),
-]  # fmt: skip
-TINY_MODEL = ["--d_model", "32", "--ffn_dim", "64", "--attention_heads", "2", "--encoder_layers", "1",
-              "--decoder_layers", "1", "--vocab_size", "120", "--max_train_minutes", "0", "--bf16", "False"]  # fmt: skip
+    ("Guten Morgen!", "Good morning!"),
+    ("Ich bin müde.", "I am tired."),
+    ("Wo ist Tom?", "Where is Tom?"),
+    ("Das ist gut.", "That is good."),
+    ("Ich liebe dich.", "I love you."),
+    ("Es regnet.", "It is raining."),
+    ("Danke schön.", "Thank you."),
+    ("Komm her!", "Come here!"),
+]
+TINY_MODEL = [
+    "--d_model",
+    "32",
+    "--ffn_dim",
+    "64",
+    "--attention_heads",
+    "2",
+    "--encoder_layers",
+    "1",
+    "--decoder_layers",
+    "1",
+    "--vocab_size",
+    "120",
+    "--max_train_minutes",
+    "0",
+    "--bf16",
+    "False",
+]
 
 
 def write_jsonl(path, pairs):
@@ -89,8 +109,13 @@ def test_local_tsv_csv_and_flat_jsonl_files_load_in_either_direction(tmp_path):
     (tmp_path / "a.tsv").write_text('en\tde\n"Hi," he said.\t"Hallo", sagte er.\nYes.\tJa.\n', encoding="utf-8")
     (tmp_path / "b.csv").write_text("de,en\nJa.,Yes.\n", encoding="utf-8")
     (tmp_path / "c.jsonl").write_text('{"de": "Nein.", "en": "No."}\n', encoding="utf-8")
-    corpus = load_parallel_corpus("en", "de", train_file=str(tmp_path / "a.tsv"), validation_file=str(tmp_path / "b.csv"),
-                                  test_file=str(tmp_path / "c.jsonl"))  # fmt: skip
+    corpus = load_parallel_corpus(
+        "en",
+        "de",
+        train_file=str(tmp_path / "a.tsv"),
+        validation_file=str(tmp_path / "b.csv"),
+        test_file=str(tmp_path / "c.jsonl"),
+    )
     assert corpus["train"][0]["translation"] == {"en": '"Hi," he said.', "de": '"Hallo", sagte er.'}
     assert corpus["validation"][0]["translation"]["de"] == "Ja."
     assert corpus["test"][0]["translation"]["en"] == "No."
@@ -114,11 +139,19 @@ def test_missing_language_empty_split_and_bad_files_are_clear_errors(tmp_path, p
 
 def test_shared_bpe_tokenizer_round_trips_and_reloads_without_the_package(tokenizer, tmp_path):
     assert len(tokenizer) == 500
-    assert [tokenizer.pad_token_id, tokenizer.bos_token_id, tokenizer.eos_token_id, tokenizer.unk_token_id] == [0, 1, 2, 3]
+    assert [tokenizer.pad_token_id, tokenizer.bos_token_id, tokenizer.eos_token_id, tokenizer.unk_token_id] == [
+        0,
+        1,
+        2,
+        3,
+    ]
     ids = tokenizer("Wo ist der Bahnhof?")["input_ids"]
     assert ids[-1] == tokenizer.eos_token_id
     assert tokenizer.decode(ids, skip_special_tokens=True) == "Wo ist der Bahnhof?"
-    assert tokenizer.decode(tokenizer("Where is the station?")["input_ids"], skip_special_tokens=True) == "Where is the station?"
+    assert (
+        tokenizer.decode(tokenizer("Where is the station?")["input_ids"], skip_special_tokens=True)
+        == "Where is the station?"
+    )
     tokenizer.save_pretrained(tmp_path)
     assert not any(p.suffix in {".py", ".bin", ".pkl"} for p in tmp_path.iterdir())
     reloaded = AutoTokenizer.from_pretrained(tmp_path)
@@ -139,7 +172,9 @@ def test_tokenizer_model_mismatch_is_detected(tokenizer):
 
 def test_preprocessing_truncates_and_the_collator_pads_labels_with_minus_100(tokenizer, pairs_file):
     corpus = load_parallel_corpus(train_file=pairs_file)
-    data = tokenize_corpus(corpus, tokenizer, "de", "en", max_source_length=4, max_target_length=5, limits={"train": 6})
+    data = tokenize_corpus(
+        corpus, tokenizer, "de", "en", max_source_length=4, max_target_length=5, limits={"train": 6}
+    )
     train = data["train"]
     assert len(train) == 6 and set(train.column_names) == {"input_ids", "attention_mask", "labels", "length"}
     assert max(len(ids) for ids in train["input_ids"]) <= 4 and max(len(ids) for ids in train["labels"]) <= 5
@@ -177,7 +212,10 @@ def test_label_smoothed_loss_equals_transformers_label_smoother():
     reference = LabelSmoother(epsilon=0.1)({"logits": logits}, labels)
     torch.testing.assert_close(ours, reference)
     n = int((labels != -100).sum())
-    halves = [label_smoothed_cross_entropy(0.1)({"logits": logits[i : i + 1]}, labels[i : i + 1], torch.tensor(n)) for i in range(3)]
+    halves = [
+        label_smoothed_cross_entropy(0.1)({"logits": logits[i : i + 1]}, labels[i : i + 1], torch.tensor(n))
+        for i in range(3)
+    ]
     torch.testing.assert_close(sum(halves), ours)
     assert label_smoothed_cross_entropy(0.1)({"logits": logits}, torch.full_like(labels, -100)).item() == 0.0
 
@@ -198,16 +236,52 @@ def test_bleu_chrf_metric_loads_offline_and_matches_sacrebleu():
 @pytest.mark.slow
 def test_training_overfits_a_few_pairs_and_the_folder_is_ready_to_share(pairs_file, tmp_path):
     out = tmp_path / "run"
-    run_training("--output_dir", out, "--train_file", pairs_file, "--validation_file", pairs_file, "--test_file",
-                 pairs_file, *TINY_MODEL, "--d_model", 64, "--ffn_dim", 128, "--max_steps", 300,
-                 "--per_device_train_batch_size", 8, "--dropout", 0, "--warmup_steps", 20, "--learning_rate", 3e-3,
-                 "--eval_steps", 150, "--save_steps", 150, "--logging_steps", 10, "--translate", "Wo ist Tom?")  # fmt: skip
+    run_training(
+        "--output_dir",
+        out,
+        "--train_file",
+        pairs_file,
+        "--validation_file",
+        pairs_file,
+        "--test_file",
+        pairs_file,
+        *TINY_MODEL,
+        "--d_model",
+        64,
+        "--ffn_dim",
+        128,
+        "--max_steps",
+        300,
+        "--per_device_train_batch_size",
+        8,
+        "--dropout",
+        0,
+        "--warmup_steps",
+        20,
+        "--learning_rate",
+        3e-3,
+        "--eval_steps",
+        150,
+        "--save_steps",
+        150,
+        "--logging_steps",
+        10,
+        "--translate",
+        "Wo ist Tom?",
+    )
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["test"]["bleu"] == pytest.approx(100.0) and metrics["test"]["num_samples"] == len(PAIRS)
     assert metrics["training"]["steps"] == 300 and metrics["training"]["label_smoothing"] == 0.1
     files = {p.name for p in out.iterdir()}
-    assert {"model.safetensors", "config.json", "generation_config.json", "tokenizer.json", "training_curves.png",
-            "modeling_vanilla_transformer.py", "configuration_vanilla_transformer.py"} <= files  # fmt: skip
+    assert {
+        "model.safetensors",
+        "config.json",
+        "generation_config.json",
+        "tokenizer.json",
+        "training_curves.png",
+        "modeling_vanilla_transformer.py",
+        "configuration_vanilla_transformer.py",
+    } <= files
     generation_config = json.loads((out / "generation_config.json").read_text())
     assert (generation_config["num_beams"], generation_config["length_penalty"]) == (4, 0.6)
 
@@ -226,8 +300,23 @@ def logged_losses(run_dir):
 @pytest.mark.slow
 def test_interrupted_and_resumed_training_reproduces_the_uninterrupted_losses(tmp_path):
     data = write_jsonl(tmp_path / "train.jsonl", [(f"{de} {i}", f"{en} {i}") for i in range(6) for de, en in PAIRS])
-    common = ["--train_file", data, *TINY_MODEL, "--per_device_train_batch_size", 8, "--logging_steps", 1,
-              "--eval_strategy", "no", "--save_steps", 4, "--learning_rate", 3e-3, "--warmup_steps", 3]  # fmt: skip
+    common = [
+        "--train_file",
+        data,
+        *TINY_MODEL,
+        "--per_device_train_batch_size",
+        8,
+        "--logging_steps",
+        1,
+        "--eval_strategy",
+        "no",
+        "--save_steps",
+        4,
+        "--learning_rate",
+        3e-3,
+        "--warmup_steps",
+        3,
+    ]
     run_training("--output_dir", tmp_path / "full", *common, "--max_steps", 10)
     run_training("--output_dir", tmp_path / "cut", *common, "--max_steps", 4)  # "interrupted" after checkpoint-4
     run_training("--output_dir", tmp_path / "cut", *common, "--max_steps", 10, "--resume_from_checkpoint", "last")
@@ -249,8 +338,21 @@ def test_training_refuses_to_overwrite_a_previous_run(tmp_path, pairs_file):
 
 @pytest.mark.slow
 def test_checkpoint_averaging_writes_a_loadable_model_with_the_mean_weights(tmp_path, pairs_file):
-    run_training("--output_dir", tmp_path / "run", "--train_file", pairs_file, *TINY_MODEL, "--max_steps", 6,
-                 "--save_steps", 2, "--eval_strategy", "no", "--per_device_train_batch_size", 4)  # fmt: skip
+    run_training(
+        "--output_dir",
+        tmp_path / "run",
+        "--train_file",
+        pairs_file,
+        *TINY_MODEL,
+        "--max_steps",
+        6,
+        "--save_steps",
+        2,
+        "--eval_strategy",
+        "no",
+        "--per_device_train_batch_size",
+        4,
+    )
     checkpoints = last_checkpoints(tmp_path / "run", 3)
     assert [c.name for c in checkpoints] == ["checkpoint-2", "checkpoint-4", "checkpoint-6"]
     average_checkpoints(checkpoints, tmp_path / "avg")
@@ -268,17 +370,82 @@ def test_checkpoint_averaging_writes_a_loadable_model_with_the_mean_weights(tmp_
 def test_two_processes_train_and_evaluate_like_one_with_the_same_global_batch(tmp_path):
     train = write_jsonl(tmp_path / "train.jsonl", [(f"{de} {i}", f"{en} {i}") for i in range(4) for de, en in PAIRS])
     evaluation = write_jsonl(tmp_path / "eval.jsonl", PAIRS[:7])  # 7 pairs: not divisible by 2 processes x batch 2
-    common = ["--train_file", train, "--validation_file", evaluation, "--test_file", evaluation, *TINY_MODEL,
-              "--dropout", 0, "--max_steps", 6, "--logging_steps", 1, "--eval_strategy", "no", "--save_strategy", "no",
-              "--per_device_eval_batch_size", 2, "--train_sampling_strategy", "sequential", "--use_cpu",
-              "--learning_rate", 3e-3, "--warmup_steps", 2]  # fmt: skip
+    common = [
+        "--train_file",
+        train,
+        "--validation_file",
+        evaluation,
+        "--test_file",
+        evaluation,
+        *TINY_MODEL,
+        "--dropout",
+        0,
+        "--max_steps",
+        6,
+        "--logging_steps",
+        1,
+        "--eval_strategy",
+        "no",
+        "--save_strategy",
+        "no",
+        "--per_device_eval_batch_size",
+        2,
+        "--train_sampling_strategy",
+        "sequential",
+        "--use_cpu",
+        "--learning_rate",
+        3e-3,
+        "--warmup_steps",
+        2,
+    ]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
-    single = subprocess.run(list(map(str, [sys.executable, SCRIPT, "--output_dir", tmp_path / "one", *common,
-                             "--per_device_train_batch_size", 8])), env=env, capture_output=True, text=True, timeout=600)  # fmt: skip
+    single = subprocess.run(
+        list(
+            map(
+                str,
+                [
+                    sys.executable,
+                    SCRIPT,
+                    "--output_dir",
+                    tmp_path / "one",
+                    *common,
+                    "--per_device_train_batch_size",
+                    8,
+                ],
+            )
+        ),
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert single.returncode == 0, single.stderr[-3000:]
-    double = subprocess.run(list(map(str, [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
-                             "--master_port", "29533", SCRIPT, "--output_dir", tmp_path / "two", *common,
-                             "--per_device_train_batch_size", 4])), env=env, capture_output=True, text=True, timeout=600)  # fmt: skip
+    double = subprocess.run(
+        list(
+            map(
+                str,
+                [
+                    sys.executable,
+                    "-m",
+                    "torch.distributed.run",
+                    "--nproc_per_node",
+                    "2",
+                    "--master_port",
+                    "29533",
+                    SCRIPT,
+                    "--output_dir",
+                    tmp_path / "two",
+                    *common,
+                    "--per_device_train_batch_size",
+                    4,
+                ],
+            )
+        ),
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert double.returncode == 0, double.stderr[-3000:]
     one, two = (json.loads((tmp_path / run / "metrics.json").read_text()) for run in ("one", "two"))
     assert two["training"]["world_size"] == 2

@@ -6,13 +6,19 @@ from hf_vanilla_transformer.tokenization import train_shared_bpe_tokenizer
 
 
 SENTENCES = [
-    "Wer hat dir das gegeben?", "Who gave this to you?",
-    "Ich habe Hunger.", "I am hungry.",
-    "Tom ist nicht hier.", "Tom is not here.",
-    "Das Wetter ist heute schön.", "The weather is nice today.",
-    "Wo ist der Bahnhof?", "Where is the train station?",
-    "Kannst du mir helfen?", "Can you help me?",
-]  # fmt: skip
+    "Wer hat dir das gegeben?",
+    "Who gave this to you?",
+    "Ich habe Hunger.",
+    "I am hungry.",
+    "Tom ist nicht hier.",
+    "Tom is not here.",
+    "Das Wetter ist heute schön.",
+    "The weather is nice today.",
+    "Wo ist der Bahnhof?",
+    "Where is the train station?",
+    "Kannst du mir helfen?",
+    "Can you help me?",
+]
 
 
 def tiny_tokenizer(vocab_size: int = 120, model_max_length: int = 512) -> PreTrainedTokenizerFast:

@@ -15,7 +15,9 @@ class BleuChrf(evaluate.Metric):
             description="Corpus-level BLEU (13a tokenisation) and chrF from sacrebleu, one reference per prediction.",
             citation="Post, 'A Call for Clarity in Reporting BLEU Scores', WMT 2018.",
             inputs_description="predictions: list of str; references: list of str (one reference each).",
-            features=datasets.Features({"predictions": datasets.Value("string"), "references": datasets.Value("string")}),
+            features=datasets.Features(
+                {"predictions": datasets.Value("string"), "references": datasets.Value("string")}
+            ),
             reference_urls=["https://github.com/mjpost/sacrebleu"],
         )
 
