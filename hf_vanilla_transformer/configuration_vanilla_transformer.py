@@ -76,11 +76,18 @@ class VanillaTransformerConfig(PreTrainedConfig):
             Multiply token embeddings by sqrt(d_model) before adding positional encodings (section 3.4).
         norm_first (`bool`, defaults to `False`):
             `False` is the paper's post-norm `LayerNorm(x + Dropout(Sublayer(x)))`; `True` is pre-norm
-            `x + Dropout(Sublayer(LayerNorm(x)))` with a final LayerNorm after each stack.
+            `x + Dropout(Sublayer(LayerNorm(x)))`.
+        stack_layer_norm (`bool`, *optional*):
+            Whether each stack (encoder, decoder) ends with a LayerNorm on its output. Defaults to `norm_first`: pre-norm
+            stacks need it and the paper's post-norm has none. `torch.nn.Transformer` has it in both modes.
         init_std (`float`, defaults to 0.02):
             Standard deviation of the normal init of every linear and embedding weight (biases start at 0, LayerNorms
             at identity), as in BART and Marian. The paper does not specify an init; on the bundled demo this trains
             faster than tensor2tensor's Xavier-uniform layers with d_model**-0.5 embeddings.
+        label_smoothing (`float`, defaults to 0.0):
+            Label smoothing of the loss the model computes when given `labels` (section 5.4 of the paper uses 0.1). A
+            training setting like `dropout`, kept in the config so that every trainer (`Seq2SeqTrainer`, transformers'
+            `run_translation.py`, a custom loop) gets the same loss.
         tie_word_embeddings (`bool`, defaults to `True`):
             Share one matrix between source embeddings, target embeddings and the output projection (section 3.4).
             `False` gives three independent matrices.
@@ -114,7 +121,9 @@ class VanillaTransformerConfig(PreTrainedConfig):
     layer_norm_eps: float = 1e-5
     scale_embedding: bool = True
     norm_first: bool = False
+    stack_layer_norm: bool | None = None
     init_std: float = 0.02
+    label_smoothing: float | int = 0.0
     tie_word_embeddings: bool = True
     pad_token_id: int | None = 0
     bos_token_id: int | None = 1
@@ -125,6 +134,8 @@ class VanillaTransformerConfig(PreTrainedConfig):
 
     def __post_init__(self, **kwargs):
         super().__post_init__(**kwargs)
+        if self.stack_layer_norm is None:
+            self.stack_layer_norm = self.norm_first
         self._check_values()
 
     def _check_values(self):
@@ -152,11 +163,19 @@ class VanillaTransformerConfig(PreTrainedConfig):
         for name in ("encoder_attention_heads", "decoder_attention_heads"):
             if self.d_model % getattr(self, name):
                 fail(name, f"a divisor of d_model={self.d_model}")
-        for name in ("dropout", "attention_dropout", "activation_dropout"):
+        for name in ("dropout", "attention_dropout", "activation_dropout", "label_smoothing"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
                 fail(name, "a probability in [0, 1)")
-        for name in ("scale_embedding", "norm_first", "tie_word_embeddings", "use_cache", "is_encoder_decoder"):
+        flags = (
+            "scale_embedding",
+            "norm_first",
+            "stack_layer_norm",
+            "tie_word_embeddings",
+            "use_cache",
+            "is_encoder_decoder",
+        )
+        for name in flags:
             if not isinstance(getattr(self, name), bool):
                 fail(name, "True or False")
         if self.activation_function not in ACT2FN:

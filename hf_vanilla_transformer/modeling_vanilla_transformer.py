@@ -414,7 +414,7 @@ class VanillaTransformerStack(VanillaTransformerPreTrainedModel):
         self.embed_tokens = nn.Embedding(config.vocab_size, config.d_model, config.pad_token_id)
         self.embed_positions = VanillaTransformerSinusoidalPositionalEncoding(config.d_model)
         self.layers = nn.ModuleList(layers)
-        self.layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps) if config.norm_first else None
+        self.layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps) if config.stack_layer_norm else None
         self.post_init()
 
     def embed(self, input_ids, inputs_embeds, attention_mask, past_length=0, prefix="", check_range=True):
@@ -667,20 +667,16 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
         decoder_inputs_embeds: torch.Tensor | None = None,
         labels: torch.LongTensor | None = None,  # (b, t); -100 marks positions without a target
         use_cache: bool | None = None,
-        label_smoothing: float = 0.0,
         **kwargs: Unpack[TransformersKwargs],
     ) -> Seq2SeqLMOutput:
         r"""
         labels (`torch.LongTensor` of shape `(batch_size, target_length)`, *optional*):
             Target token ids; -100 marks positions without a target. Without `decoder_input_ids`, the decoder reads the
             labels shifted right behind `decoder_start_token_id`. In training mode, positions without a target are
-            not projected to the vocabulary (their logits are 0): the loss does not need them.
-        label_smoothing (`float`, defaults to 0.0):
-            Label smoothing of the loss (section 5.4 of the paper uses 0.1).
+            not projected to the vocabulary (their logits are 0): the loss does not need them. The loss is label
+            smoothed by `config.label_smoothing`.
         """
         num_items_in_batch = kwargs.pop("num_items_in_batch", None)
-        if not 0.0 <= label_smoothing < 1.0:
-            raise ValueError(f"`label_smoothing` must be in [0, 1), got {label_smoothing}.")
         if labels is not None:
             _check_labels(labels, input_ids if input_ids is not None else inputs_embeds, self.config)
             use_cache = False
@@ -705,13 +701,13 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
             # Training: project only the positions that have a target, and take the loss on those rows directly.
             target_logits = self.lm_head(hidden_states.flatten(0, 1).index_select(0, label_index))  # (n, v)
             loss = seq2seq_cross_entropy(
-                target_logits, labels.flatten()[label_index], num_items_in_batch, label_smoothing
+                target_logits, labels.flatten()[label_index], num_items_in_batch, self.config.label_smoothing
             )
             logits = _repad(target_logits, label_index, hidden_states.shape[:-1])
         else:
             logits = self.lm_head(hidden_states)  # (b, t, v)
             if labels is not None:
-                loss = seq2seq_cross_entropy(logits, labels, num_items_in_batch, label_smoothing)
+                loss = seq2seq_cross_entropy(logits, labels, num_items_in_batch, self.config.label_smoothing)
         return Seq2SeqLMOutput(
             loss=loss,
             logits=logits,

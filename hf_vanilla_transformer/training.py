@@ -1,6 +1,5 @@
 """The paper's training recipe (section 5) on `Seq2SeqTrainer`: loss, learning rate, metrics, time budget."""
 
-import inspect
 import json
 import math
 import time
@@ -25,28 +24,6 @@ def noam_learning_rate(d_model: int, warmup_steps: int, scale: float = 1.0) -> f
     paper's formula.
     """
     return scale * d_model**-0.5 * warmup_steps**-0.5
-
-
-def label_smoothed_cross_entropy(epsilon: float):
-    """A `compute_loss_func` for `Trainer`: one fused cross-entropy with label smoothing over the tokens that have a
-    target, normalised by `num_items_in_batch` (the token count of the whole accumulated batch)."""
-
-    def compute_loss(outputs, labels, num_items_in_batch=None):
-        logits = outputs["logits"] if isinstance(outputs, dict) else outputs[0]
-        loss = torch.nn.functional.cross_entropy(
-            logits.flatten(0, 1).float(),
-            labels.flatten().to(logits.device),
-            ignore_index=-100,
-            reduction="sum",
-            label_smoothing=epsilon,
-        )
-        if num_items_in_batch is None:
-            num_items_in_batch = (labels != -100).sum().clamp(min=1)
-        return loss / (
-            num_items_in_batch.to(loss.device) if torch.is_tensor(num_items_in_batch) else num_items_in_batch
-        )
-
-    return compute_loss
 
 
 class TranslationDataCollator(DataCollatorForSeq2Seq):
@@ -84,35 +61,21 @@ class SeededLengthGroupedSampler(LengthGroupedSampler):
 
 
 class TranslationTrainer(Seq2SeqTrainer):
-    """`Seq2SeqTrainer` for translation: label smoothing inside the model's loss, exact distributed evaluation.
+    """`Seq2SeqTrainer` for translation: exact distributed evaluation, reproducible batches, a tokenizer check.
 
-    - `label_smoothing` goes to models whose `forward` takes it (ours): one fused loss over the target tokens instead
-      of transformers' `LabelSmoother` over the full logits; other models (MarianMT) get the same loss from
-      `label_smoothed_cross_entropy`.
     - `Seq2SeqTrainer` gathers predictions with `accelerator.gather`, which keeps the examples that the distributed
       sampler repeats to fill the last batch; BLEU would count them twice. This gathers with `gather_for_metrics`.
     - Length-grouped batches come from `SeededLengthGroupedSampler`, so that resumed runs see the same batches.
     - A tokenizer (`processing_class`) that does not fit the model is refused before training starts.
+
+    Label smoothing is the model's `config.label_smoothing` (one fused loss over the target tokens). transformers'
+    `label_smoothing_factor` also works but smooths over full logits outside the model, the slower route.
     """
 
-    def __init__(self, *args, label_smoothing: float = 0.0, **kwargs):
-        model = kwargs.get("model", args[0] if args else None)
-        self.label_smoothing = label_smoothing
-        self.model_takes_label_smoothing = "label_smoothing" in inspect.signature(model.forward).parameters
-        if label_smoothing and not self.model_takes_label_smoothing:
-            kwargs.setdefault("compute_loss_func", label_smoothed_cross_entropy(label_smoothing))
+    def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         if self.processing_class is not None and hasattr(self.processing_class, "pad_token_id"):
             check_tokenizer_fits_model(self.processing_class, self.model.config)
-        if self.args.label_smoothing_factor:
-            raise ValueError(
-                "Pass label smoothing to TranslationTrainer(label_smoothing=...), not label_smoothing_factor."
-            )
-
-    def compute_loss(self, model, inputs, *args, **kwargs):
-        if self.label_smoothing and self.model_takes_label_smoothing and "labels" in inputs:
-            inputs = {**inputs, "label_smoothing": self.label_smoothing}
-        return super().compute_loss(model, inputs, *args, **kwargs)
 
     def _get_train_sampler(self, train_dataset=None):
         sampler = super()._get_train_sampler(train_dataset)

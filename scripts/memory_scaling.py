@@ -44,7 +44,7 @@ def measure(mode: str, batch_size: int, length: int, device: str) -> float:
     """Peak MB above the loaded model for one pass of `mode` on a full (batch_size, length) batch."""
     quiet()
     torch.manual_seed(0)
-    config = VanillaTransformerConfig(**DEMO, attn_implementation=MODES[mode])
+    config = VanillaTransformerConfig(**DEMO, label_smoothing=0.1, attn_implementation=MODES[mode])
     model = VanillaTransformerForConditionalGeneration(config).to(device).train(mode.startswith("train"))
     ids = torch.randint(4, config.vocab_size, (batch_size, length), device=device)
     mask = torch.ones_like(ids)
@@ -52,7 +52,7 @@ def measure(mode: str, batch_size: int, length: int, device: str) -> float:
     if device == "cuda":
         torch.cuda.reset_peak_memory_stats()
     if mode.startswith("train"):
-        model(input_ids=ids, attention_mask=mask, labels=ids, label_smoothing=0.1).loss.backward()
+        model(input_ids=ids, attention_mask=mask, labels=ids).loss.backward()
     elif mode == "forward":
         with torch.no_grad():
             model(input_ids=ids, attention_mask=mask, decoder_input_ids=ids)

@@ -82,6 +82,9 @@ class ModelArguments:
     attention_heads: int = field(default=4)
     ffn_dim: int = field(default=1024)
     dropout: float = field(default=0.1)
+    label_smoothing: float = field(
+        default=0.1, metadata={"help": "The loss's label smoothing (the paper's 0.1), kept in the model's config."}
+    )
     norm_first: bool = field(default=False, metadata={"help": "Pre-norm instead of the paper's post-norm."})
     vocab_size: int = field(
         default=8000, metadata={"help": "Size of the shared BPE vocabulary trained on the corpus."}
@@ -149,7 +152,6 @@ DEMO_DEFAULTS = dict(
     adam_beta2=0.98,
     adam_epsilon=1e-9,
     weight_decay=0.0,
-    label_smoothing_factor=0.1,
     num_train_epochs=100,  # the time budget ends the demo first
     train_sampling_strategy="group_by_length",
     eval_strategy="steps",
@@ -275,6 +277,12 @@ def main():
     )
     tokenizer = build_tokenizer(model_args, data_args, corpus, output_dir, resume_from is not None)
     model = build_model(model_args, tokenizer)
+    if training_args.label_smoothing_factor:
+        raise ValueError("Set label smoothing with --label_smoothing (it is stored in the model's config).")
+    if isinstance(model, VanillaTransformerForConditionalGeneration):
+        model.config.label_smoothing = model_args.label_smoothing
+    else:  # MarianMT has no such setting: transformers' LabelSmoother applies the same epsilon outside the model
+        training_args.label_smoothing_factor = model_args.label_smoothing
     generation_config = VanillaTransformerConfig.paper_generation_config(
         model.config, max_length=data_args.max_target_length
     )
@@ -303,7 +311,6 @@ def main():
             limits,
             data_args.preprocessing_num_workers,
         )
-    epsilon, training_args.label_smoothing_factor = training_args.label_smoothing_factor, 0.0  # TranslationTrainer's
     callbacks = [TimeBudgetCallback(recipe_args.max_train_minutes)] if recipe_args.max_train_minutes > 0 else []
     trainer = TranslationTrainer(
         model=model,
@@ -313,7 +320,6 @@ def main():
         processing_class=tokenizer,
         data_collator=TranslationDataCollator(tokenizer, model=model, label_pad_token_id=-100),
         compute_metrics=build_compute_metrics(tokenizer),
-        label_smoothing=epsilon,
         callbacks=callbacks,
     )
     train_result = trainer.train(resume_from_checkpoint=resume_from)
@@ -334,7 +340,7 @@ def main():
             training_args,
             trainer.state,
             metrics,
-            epsilon,
+            model_args.label_smoothing,
             len(datasets["train"]),
             time.time() - started,
         )

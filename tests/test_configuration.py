@@ -18,6 +18,12 @@ def test_defaults_are_the_papers_base_model():
     assert config.activation_function == "relu"
     assert config.norm_first is False and config.scale_embedding is True and config.tie_word_embeddings is True
     assert config.is_encoder_decoder and config.use_cache
+    assert config.stack_layer_norm is False and config.label_smoothing == 0.0
+
+
+def test_stack_layer_norm_follows_norm_first_unless_set():
+    assert VanillaTransformerConfig(norm_first=True).stack_layer_norm is True
+    assert VanillaTransformerConfig(norm_first=False, stack_layer_norm=True).stack_layer_norm is True  # nn.Transformer
 
 
 def test_big_model_is_one_call_away():
@@ -55,6 +61,8 @@ def test_auto_config_builds_it_by_model_type():
         (dict(max_position_embeddings=0), "max_position_embeddings"),
         (dict(d_model=512.0), "d_model"),
         (dict(dropout=1.0), "dropout"),
+        (dict(label_smoothing=1.0), "label_smoothing"),
+        (dict(stack_layer_norm="yes"), "stack_layer_norm"),
         (dict(attention_dropout=-0.1), "attention_dropout"),
         (dict(activation_function="swishy"), "activation_function"),
         (dict(layer_norm_eps=0), "layer_norm_eps"),

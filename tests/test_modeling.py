@@ -446,14 +446,14 @@ def test_every_parameter_gets_a_gradient():
 
 def test_a_padded_training_batch_gives_the_gradients_of_its_rows_alone():
     """Position-wise layers skip padded tokens; the result must be what each sequence gives on its own."""
-    model = make_model(dropout=0.0).train()
+    model = make_model(dropout=0.0, label_smoothing=0.1).train()
     input_ids, attention_mask, labels = random_batch()
     decoder_attention_mask = (labels != -100).long()
     n = int(decoder_attention_mask.sum())
 
     def grads(**batch):
         model.zero_grad()
-        model(**batch, num_items_in_batch=torch.tensor(n), label_smoothing=0.1).loss.backward()
+        model(**batch, num_items_in_batch=torch.tensor(n)).loss.backward()
         return {name: p.grad.clone() for name, p in model.named_parameters()}
 
     batched = grads(
@@ -486,10 +486,19 @@ def test_training_mode_projects_only_positions_with_a_target():
 def test_label_smoothing_matches_transformers_label_smoother():
     from transformers.trainer_pt_utils import LabelSmoother
 
-    model = make_model(dropout=0.0)
+    model = make_model(dropout=0.0, label_smoothing=0.1)
     input_ids, attention_mask, labels = random_batch()
-    out = model(input_ids=input_ids, attention_mask=attention_mask, labels=labels, label_smoothing=0.1)
+    out = model(input_ids=input_ids, attention_mask=attention_mask, labels=labels)
     reference = LabelSmoother(epsilon=0.1)(out, labels)
     torch.testing.assert_close(out.loss, reference, atol=1e-6, rtol=1e-6)
-    with pytest.raises(ValueError, match="label_smoothing"):
-        model(input_ids=input_ids, labels=labels, label_smoothing=1.0)
+    n = int((labels != -100).sum())
+    rows = [
+        model(
+            input_ids=input_ids[i : i + 1],
+            attention_mask=attention_mask[i : i + 1],
+            labels=labels[i : i + 1],
+            num_items_in_batch=torch.tensor(n),
+        ).loss
+        for i in range(labels.shape[0])
+    ]
+    torch.testing.assert_close(sum(rows), out.loss, atol=1e-6, rtol=1e-5)  # gradient accumulation = one batch

@@ -16,7 +16,6 @@ from transformers import (
     Seq2SeqTrainingArguments,
     get_inverse_sqrt_schedule,
 )
-from transformers.trainer_pt_utils import LabelSmoother
 
 from hf_vanilla_transformer import VanillaTransformerForConditionalGeneration
 from hf_vanilla_transformer.averaging import average_checkpoints, last_checkpoints
@@ -26,7 +25,6 @@ from hf_vanilla_transformer.tokenization import train_shared_bpe_tokenizer
 from hf_vanilla_transformer.training import (
     BLEU_CHRF_PATH,
     TranslationTrainer,
-    label_smoothed_cross_entropy,
     noam_learning_rate,
 )
 
@@ -202,22 +200,6 @@ def test_inverse_sqrt_schedule_with_the_noam_peak_is_the_papers_formula():
             schedule.step()
         paper = d_model**-0.5 * min(step**-0.5, step * warmup**-1.5)
         assert schedule.get_last_lr()[0] == pytest.approx(paper, rel=1e-9), step
-
-
-def test_label_smoothed_loss_equals_transformers_label_smoother():
-    logits = torch.randn(3, 5, 11)
-    labels = torch.randint(0, 11, (3, 5))
-    labels[1, 3:] = -100
-    ours = label_smoothed_cross_entropy(0.1)({"logits": logits}, labels)
-    reference = LabelSmoother(epsilon=0.1)({"logits": logits}, labels)
-    torch.testing.assert_close(ours, reference)
-    n = int((labels != -100).sum())
-    halves = [
-        label_smoothed_cross_entropy(0.1)({"logits": logits[i : i + 1]}, labels[i : i + 1], torch.tensor(n))
-        for i in range(3)
-    ]
-    torch.testing.assert_close(sum(halves), ours)
-    assert label_smoothed_cross_entropy(0.1)({"logits": logits}, torch.full_like(labels, -100)).item() == 0.0
 
 
 def test_bleu_chrf_metric_loads_offline_and_matches_sacrebleu():
