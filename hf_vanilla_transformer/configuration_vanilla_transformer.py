@@ -13,6 +13,8 @@
 # limitations under the License.
 """Configuration of the encoder-decoder Transformer of "Attention Is All You Need" (Vaswani et al., 2017)."""
 
+import copy
+
 from transformers import GenerationConfig, PreTrainedConfig
 from transformers.activations import ACT2FN
 
@@ -95,6 +97,13 @@ class VanillaTransformerConfig(PreTrainedConfig):
             Special token ids; they must lie inside the vocabulary. Decoding starts from `decoder_start_token_id`.
         use_cache (`bool`, defaults to `True`):
             Whether the decoder returns a key/value cache for fast generation.
+        is_encoder_decoder (`bool`, defaults to `True`):
+            The paper's encoder-decoder. `False` is the decoder stack alone, without cross-attention, for
+            [`VanillaTransformerForCausalLM`] (GPT-style language modelling); it is sized by the `decoder_*` fields.
+            [`VanillaTransformerForSequenceClassification`] uses the encoder stack (`encoder_*` fields) either way.
+        classifier_pooling (`str`, defaults to `"mean"`):
+            How [`VanillaTransformerForSequenceClassification`] summarises a sequence for its classifier: `"mean"` of
+            the real tokens' final states, or the `"first"` real token's (a BERT-style `[CLS]` position).
     """
 
     model_type = "vanilla_transformer"
@@ -131,6 +140,7 @@ class VanillaTransformerConfig(PreTrainedConfig):
     decoder_start_token_id: int | None = 1
     use_cache: bool = True
     is_encoder_decoder: bool = True
+    classifier_pooling: str = "mean"
 
     def __post_init__(self, **kwargs):
         super().__post_init__(**kwargs)
@@ -178,6 +188,8 @@ class VanillaTransformerConfig(PreTrainedConfig):
         for name in flags:
             if not isinstance(getattr(self, name), bool):
                 fail(name, "True or False")
+        if self.classifier_pooling not in ("mean", "first"):
+            fail("classifier_pooling", '"mean" or "first"')
         if self.activation_function not in ACT2FN:
             fail("activation_function", f"one of {sorted(ACT2FN)}")
         if (
@@ -193,6 +205,17 @@ class VanillaTransformerConfig(PreTrainedConfig):
             for token_id in ids if isinstance(ids, (list, tuple)) else [ids]:
                 if token_id is not None and (not is_int(token_id) or not 0 <= token_id < self.vocab_size):
                     fail(name, f"None or a token id in [0, vocab_size={self.vocab_size})")
+
+    def get_text_config(self, decoder=None, encoder=None) -> "VanillaTransformerConfig":
+        """Caches and `generate()` read the generic sizes (`num_hidden_layers`, `num_attention_heads`), which name the
+        encoder's; a decoder-only config answers with its decoder's."""
+        if self.is_encoder_decoder:
+            return super().get_text_config(decoder=decoder, encoder=encoder)
+        decoder_sizes = copy.deepcopy(self)
+        decoder_sizes.encoder_layers = self.decoder_layers
+        decoder_sizes.encoder_attention_heads = self.decoder_attention_heads
+        decoder_sizes.encoder_ffn_dim = self.decoder_ffn_dim
+        return decoder_sizes
 
     @classmethod
     def from_paper(cls, size: str = "base", **kwargs) -> "VanillaTransformerConfig":

@@ -31,8 +31,10 @@ from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import (
     BaseModelOutput,
     BaseModelOutputWithPastAndCrossAttentions,
+    CausalLMOutputWithPast,
     Seq2SeqLMOutput,
     Seq2SeqModelOutput,
+    SequenceClassifierOutput,
 )
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS, PreTrainedModel
 from transformers.processing_utils import Unpack
@@ -179,9 +181,9 @@ class VanillaTransformerAttention(nn.Module):
             key = self.split_heads(self.k_proj(source), source_padding)  # (b, h, k, dh)
             value = self.split_heads(self.v_proj(source), source_padding)
             if past_key_values is not None:
-                cache = getattr(
-                    past_key_values, "cross_attention_cache" if is_cross_attention else "self_attention_cache"
-                )
+                cache = past_key_values  # a plain cache in decoder-only models
+                if isinstance(cache, EncoderDecoderCache):
+                    cache = cache.cross_attention_cache if is_cross_attention else cache.self_attention_cache
                 key, value = cache.update(key, value, self.layer_idx)
                 if is_cross_attention:
                     past_key_values.is_updated[self.layer_idx] = True
@@ -257,15 +259,16 @@ class VanillaTransformerDecoderLayer(VanillaTransformerLayer):
         super().__init__(config)
         self.self_attn = VanillaTransformerAttention(config, config.decoder_attention_heads, True, layer_idx)
         self.self_attn_layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
-        self.encoder_attn = VanillaTransformerAttention(config, config.decoder_attention_heads, False, layer_idx)
-        self.encoder_attn_layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
+        if config.is_encoder_decoder:  # decoder-only models have no encoder to attend to
+            self.encoder_attn = VanillaTransformerAttention(config, config.decoder_attention_heads, False, layer_idx)
+            self.encoder_attn_layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
         self.add_feed_forward(config, config.decoder_ffn_dim)
 
     def forward(
         self,
         hidden_states: torch.Tensor,
         attention_mask: torch.Tensor | None,
-        encoder_hidden_states: torch.Tensor,  # positional, so that reentrant gradient checkpointing sees it
+        encoder_hidden_states: torch.Tensor | None = None,  # positional, so reentrant gradient checkpointing sees it
         encoder_attention_mask: torch.Tensor | None = None,
         past_key_values: EncoderDecoderCache | None = None,
         padding: Padding = NO_PADDING,
@@ -281,17 +284,18 @@ class VanillaTransformerDecoderLayer(VanillaTransformerLayer):
             padding=padding,
             **kwargs,
         )
-        hidden_states = self.residual(
-            self.encoder_attn_layer_norm,
-            hidden_states,
-            self.encoder_attn,
-            encoder_hidden_states,
-            attention_mask=encoder_attention_mask,
-            past_key_values=past_key_values,
-            padding=padding,
-            key_value_padding=encoder_padding,
-            **kwargs,
-        )
+        if encoder_hidden_states is not None:  # not in decoder-only models
+            hidden_states = self.residual(
+                self.encoder_attn_layer_norm,
+                hidden_states,
+                self.encoder_attn,
+                encoder_hidden_states,
+                attention_mask=encoder_attention_mask,
+                past_key_values=past_key_values,
+                padding=padding,
+                key_value_padding=encoder_padding,
+                **kwargs,
+            )
         return self.residual(self.final_layer_norm, hidden_states, self.feed_forward)
 
 
@@ -521,30 +525,28 @@ class VanillaTransformerDecoder(VanillaTransformerStack):
         encoder_padding: Padding | None = None,  # `Padding(encoder_attention_mask)`, when the caller already has it
         **kwargs: Unpack[TransformersKwargs],
     ) -> BaseModelOutputWithPastAndCrossAttentions:
-        if encoder_hidden_states is None:
-            raise ValueError("The decoder needs `encoder_hidden_states`: pass `input_ids` or `encoder_outputs`.")
+        if (encoder_hidden_states is None) == self.config.is_encoder_decoder:
+            raise ValueError(
+                "The decoder needs `encoder_hidden_states`: pass `input_ids` or `encoder_outputs`."
+                if self.config.is_encoder_decoder
+                else "A decoder-only model (`config.is_encoder_decoder=False`) takes no `encoder_hidden_states`."
+            )
         if use_cache and past_key_values is None:
-            past_key_values = EncoderDecoderCache(DynamicCache(config=self.config), DynamicCache(config=self.config))
+            past_key_values = DynamicCache(config=self.config)
+            if self.config.is_encoder_decoder:
+                past_key_values = EncoderDecoderCache(past_key_values, DynamicCache(config=self.config))
         past_length = past_key_values.get_seq_length() if past_key_values is not None else 0
         hidden_states = self.embed(input_ids, inputs_embeds, attention_mask, past_length, "decoder_input_ids")
-        if encoder_hidden_states.shape[0] != hidden_states.shape[0]:
-            raise ValueError(
-                f"The decoder inputs have batch size {hidden_states.shape[0]} but the encoder outputs have batch size "
-                f"{encoder_hidden_states.shape[0]}: source and target batches must match."
-            )
-        check_inputs(self.config, "input_ids", None, encoder_hidden_states, encoder_attention_mask)
-
         if attention_mask is not None and attention_mask.dim() == 2:
             padding = self.padding(attention_mask[:, -hidden_states.shape[1] :], padding, kwargs)  # new tokens
         else:
             padding = self.padding(attention_mask, padding, kwargs)
         causal_mask = self.causal_mask(hidden_states, attention_mask, padding, past_key_values, past_length)
-        encoder_padding = encoder_padding if encoder_padding is not None else Padding(encoder_attention_mask)
-        cross_attention_mask = self.padding_mask(hidden_states, encoder_padding, encoder_hidden_states)
-        if past_key_values is not None and past_key_values.is_updated.get(0, False):
-            encoder_states = encoder_hidden_states  # its keys and values are cached
-        else:
-            encoder_states = encoder_padding.pack(encoder_hidden_states)
+        encoder_states, cross_attention_mask = None, None
+        if encoder_hidden_states is not None:
+            encoder_states, cross_attention_mask, encoder_padding = self.cross_attention_inputs(
+                hidden_states, encoder_hidden_states, encoder_attention_mask, encoder_padding, past_key_values
+            )
         hidden_states = padding.pack(hidden_states)
         for decoder_layer in self.layers:
             hidden_states = decoder_layer(
@@ -562,6 +564,22 @@ class VanillaTransformerDecoder(VanillaTransformerStack):
             last_hidden_state=hidden_states, past_key_values=past_key_values
         )
 
+    def cross_attention_inputs(
+        self, hidden_states, encoder_hidden_states, encoder_attention_mask, encoder_padding, cache
+    ):
+        """The packed encoder output (for the keys and values, while they are not cached), its mask and `Padding`."""
+        if encoder_hidden_states.shape[0] != hidden_states.shape[0]:
+            raise ValueError(
+                f"The decoder inputs have batch size {hidden_states.shape[0]} but the encoder outputs have batch size "
+                f"{encoder_hidden_states.shape[0]}: source and target batches must match."
+            )
+        check_inputs(self.config, "input_ids", None, encoder_hidden_states, encoder_attention_mask)
+        encoder_padding = encoder_padding if encoder_padding is not None else Padding(encoder_attention_mask)
+        mask = self.padding_mask(hidden_states, encoder_padding, encoder_hidden_states)
+        if cache is not None and cache.is_updated.get(0, False):
+            return encoder_hidden_states, mask, encoder_padding  # keys and values are cached: the states are unused
+        return encoder_padding.pack(encoder_hidden_states), mask, encoder_padding
+
     def causal_mask(self, hidden_states, attention_mask, padding: Padding, past_key_values, past_length):
         """The self-attention mask over cached + new tokens, or `None` where the kernel's causal rule is enough."""
         no_past = isinstance(past_length, int) and past_length == 0  # a static cache's length is a tensor
@@ -571,7 +589,7 @@ class VanillaTransformerDecoder(VanillaTransformerStack):
             config=self.config,
             inputs_embeds=hidden_states,
             attention_mask=attention_mask,
-            past_key_values=past_key_values.self_attention_cache if past_key_values is not None else None,
+            past_key_values=getattr(past_key_values, "self_attention_cache", past_key_values),
             allow_is_causal_skip=attention_mask is None or not no_past,
         )
 
@@ -743,12 +761,12 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
         hidden_states, loss = outputs.last_hidden_state, None
         if target_padding is not None:  # project and score the real target positions only
             logits = self.lm_head(target_padding.pack(hidden_states))  # (n, v)
-            loss = seq2seq_cross_entropy(logits, target_padding.pack(labels), num_items_in_batch, self.config)
+            loss = token_cross_entropy(logits, target_padding.pack(labels), num_items_in_batch, self.config)
             logits = target_padding.unpack(logits)
         else:
             logits = self.lm_head(hidden_states)  # (b, t, v)
             if labels is not None:
-                loss = seq2seq_cross_entropy(logits, labels, num_items_in_batch, self.config)
+                loss = token_cross_entropy(logits, labels, num_items_in_batch, self.config)
         return Seq2SeqLMOutput(
             loss=loss,
             logits=logits,
@@ -762,7 +780,110 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
         )
 
 
-def seq2seq_cross_entropy(
+class VanillaTransformerForCausalLM(VanillaTransformerPreTrainedModel, GenerationMixin):
+    """The decoder stack alone, GPT-style (`config.is_encoder_decoder=False`): masked self-attention and feed-forward
+    layers, no cross-attention, and the output projection tied to the token embeddings."""
+
+    _tied_weights_keys = {"lm_head.weight": "model.embed_tokens.weight"}
+
+    def __init__(self, config: VanillaTransformerConfig):
+        super().__init__(config)
+        if config.is_encoder_decoder:
+            raise ValueError("VanillaTransformerForCausalLM needs a decoder-only config: `is_encoder_decoder=False`.")
+        self.model = VanillaTransformerDecoder(config)
+        self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
+        self.post_init()
+
+    def get_input_embeddings(self) -> nn.Embedding:
+        return self.model.embed_tokens
+
+    def set_input_embeddings(self, value: nn.Embedding):
+        self.model.embed_tokens = value
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,  # (b, t)
+        attention_mask: torch.Tensor | None = None,  # (b, k): cached + new tokens
+        past_key_values: Cache | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        labels: torch.LongTensor | None = None,  # (b, t), the inputs themselves: shifted here; -100 is ignored
+        use_cache: bool | None = None,
+        logits_to_keep: int = 0,  # `generate()` asks for the last position only
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> CausalLMOutputWithPast:
+        num_items_in_batch = kwargs.pop("num_items_in_batch", None)
+        if labels is not None:
+            check_labels(self.config, labels, (input_ids if input_ids is not None else inputs_embeds).shape[0])
+        outputs = self.model(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            past_key_values=past_key_values,
+            inputs_embeds=inputs_embeds,
+            use_cache=use_cache,
+            **kwargs,
+        )
+        hidden_states = outputs.last_hidden_state
+        logits = self.lm_head(hidden_states[:, -logits_to_keep:] if logits_to_keep else hidden_states)  # (b, t, v)
+        loss = None
+        if labels is not None:  # position i predicts token i + 1
+            loss = token_cross_entropy(logits[:, :-1], labels[:, 1:], num_items_in_batch, self.config)
+        return CausalLMOutputWithPast(
+            loss=loss,
+            logits=logits,
+            past_key_values=outputs.past_key_values,
+            hidden_states=outputs.hidden_states,
+            attentions=outputs.attentions,
+        )
+
+
+class VanillaTransformerForSequenceClassification(VanillaTransformerPreTrainedModel):
+    """The encoder stack with a linear classifier on the pooled final states (`config.classifier_pooling`: the mean of
+    the real tokens, or the first real token). `config.num_labels` and `config.problem_type` as in transformers:
+    regression for one label, single- or multi-label classification otherwise."""
+
+    def __init__(self, config: VanillaTransformerConfig):
+        super().__init__(config)
+        self.model = VanillaTransformerEncoder(config)
+        self.classifier = nn.Linear(config.d_model, config.num_labels)
+        self.post_init()
+
+    def get_input_embeddings(self) -> nn.Embedding:
+        return self.model.embed_tokens
+
+    def set_input_embeddings(self, value: nn.Embedding):
+        self.model.embed_tokens = value
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,  # (b, s)
+        attention_mask: torch.Tensor | None = None,  # (b, s)
+        inputs_embeds: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,  # (b,) class ids; floats for regression, (b, num_labels) for multi-label
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> SequenceClassifierOutput:
+        num_items_in_batch = kwargs.pop("num_items_in_batch", None)
+        outputs = self.model(input_ids=input_ids, attention_mask=attention_mask, inputs_embeds=inputs_embeds, **kwargs)
+        hidden_states = outputs.last_hidden_state  # (b, s, d)
+        real = torch.ones(hidden_states.shape[:2], device=hidden_states.device)
+        if attention_mask is not None and attention_mask.dim() == 2:
+            real = attention_mask.to(hidden_states.dtype)
+        if self.config.classifier_pooling == "first":
+            first = real.argmax(-1)  # the first real token (argmax returns the first maximum)
+            pooled = hidden_states[torch.arange(hidden_states.shape[0], device=first.device), first]
+        else:
+            pooled = (hidden_states * real.unsqueeze(-1)).sum(1) / real.sum(1, keepdim=True).clamp(min=1)
+        logits = self.classifier(pooled)  # (b, num_labels)
+        loss = None
+        if labels is not None:
+            loss = self.loss_function(labels, logits, self.config, num_items_in_batch=num_items_in_batch)
+        return SequenceClassifierOutput(
+            loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
+        )
+
+
+def token_cross_entropy(
     logits: torch.Tensor,
     labels: torch.Tensor,
     num_items_in_batch: torch.Tensor | int | None,
@@ -789,4 +910,6 @@ __all__ = [
     "VanillaTransformerPreTrainedModel",
     "VanillaTransformerModel",
     "VanillaTransformerForConditionalGeneration",
+    "VanillaTransformerForCausalLM",
+    "VanillaTransformerForSequenceClassification",
 ]
