@@ -1,6 +1,8 @@
 """Exact conversion to and from transformers' MarianMTModel: equal logits, identical generation, refusals by name."""
 
 import json
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -11,6 +13,10 @@ from hf_vanilla_transformer.convert_marian import export_marian, from_marian, ma
 
 from .conftest import random_batch, tiny_config
 from .tiny_tokenizer import tiny_tokenizer
+
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+import export  # noqa: E402
 
 
 def peaked_model(**overrides) -> VanillaTransformerForConditionalGeneration:
@@ -163,6 +169,8 @@ def test_export_marian_folder_loads_without_remote_code(tmp_path):
     tokenizer.save_pretrained(tmp_path / "ours")
 
     out = export_marian(tmp_path / "ours", tmp_path / "marian")
+    assert export.main(["marian", "--model_dir", str(tmp_path / "ours"), "--output_dir", str(tmp_path / "cli")])
+    assert (tmp_path / "cli" / "model.safetensors").exists()
     config = json.loads((out / "config.json").read_text())
     assert config["model_type"] == "marian" and "auto_map" not in config
     assert not list(out.glob("*.py"))
