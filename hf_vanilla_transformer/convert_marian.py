@@ -58,7 +58,9 @@ def _reorder_model_dimension(state_dict: dict[str, torch.Tensor], index: torch.T
     return reordered
 
 
-def _load_exactly(model: torch.nn.Module, state_dict: dict[str, torch.Tensor], ignored: set[str] = frozenset()):
+def load_converted_weights(
+    model: torch.nn.Module, state_dict: dict[str, torch.Tensor], ignored: set[str] = frozenset()
+):
     """Load every parameter of `model` from `state_dict`; anything missing, left over or of another shape is an error."""
     expected = set(model.state_dict()) - ignored
     missing, unexpected = expected - set(state_dict), set(state_dict) - expected
@@ -123,7 +125,7 @@ def to_marian(model: VanillaTransformerForConditionalGeneration) -> MarianMTMode
     )
     marian = MarianMTModel(marian_config).to(model.dtype)
     weights = _reorder_model_dimension(model.state_dict(), marian_permutation(config.d_model))
-    _load_exactly(marian, weights, ignored=_MARIAN_ONLY)
+    load_converted_weights(marian, weights, ignored=_MARIAN_ONLY)
     marian.generation_config = model.generation_config.__class__.from_dict(model.generation_config.to_dict())
     return marian.train(model.training)
 
@@ -222,7 +224,7 @@ def from_marian(model_or_dir: MarianMTModel | str | Path) -> VanillaTransformerF
     if not shared:
         weights.pop("model.shared.weight", None)
     index = marian_permutation(config.d_model).argsort()
-    _load_exactly(ours, _reorder_model_dimension(weights, index))
+    load_converted_weights(ours, _reorder_model_dimension(weights, index))
     ours.generation_config = marian.generation_config.__class__.from_dict(marian.generation_config.to_dict())
     return ours.train(marian.training)
 
