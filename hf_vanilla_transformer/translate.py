@@ -11,10 +11,7 @@ As a library: `load_translator(...)`, then `translate_lines(lines, translator)` 
 
 import argparse
 import itertools
-import json
-import math
 import os
-import re
 import sys
 import time
 from collections.abc import Iterable, Iterator
@@ -25,45 +22,27 @@ import torch
 from transformers.utils import logging
 
 from .translation_backends import Hypothesis, load_ctranslate2_backend, load_torch_backend, sequence_score
+from .translation_io import (
+    FORMATS,
+    InputError,
+    LineTranslation,
+    TextHypothesis,
+    check_inputs,
+    count_lines,
+    format_translation,
+    make_batches,
+    read_lines,
+    resume_point,
+    save_state,
+    split_to_fit,
+    windows,
+)
 
 
 logger = logging.get_logger(__name__)
 
-FORMATS = ("text", "jsonl", "fairseq")
 DEFAULT_MAX_TOKENS = 3000
 DEFAULT_BUFFER_SIZE = 10_000
-# A sentence ends at . ! ? or an ellipsis and any closing quotes or brackets, followed by a space (CJK stops: or not).
-CLOSING = "\"'”’»)\\]」』）"
-SENTENCE_END = re.compile(rf"[.!?…][{CLOSING}]*\s+|[。！？][{CLOSING}]*\s*")
-
-
-class InputError(ValueError):
-    """A problem with an input file, naming the file and, where there is one, the line."""
-
-
-@dataclass
-class TextHypothesis:
-    text: str
-    tokens: list[str]  # subword tokens, EOS included when the model ended the translation
-    token_scores: list[float]  # natural-log probability of each token
-    score: float  # sum(token_scores) / len(tokens) ** length_penalty, beam search's ranking score
-    reached_length_limit: bool
-
-
-@dataclass
-class LineTranslation:
-    source: str
-    hypotheses: list[TextHypothesis]  # nbest of them; none for an empty line
-    parts: int  # translated pieces: 0 for an empty line, more than 1 for a line split to fit the model
-
-
-@dataclass
-class TranslationStats:
-    lines: int = 0
-    generated_tokens: int = 0
-    split_lines: int = 0
-    reached_length_limit: int = 0
-    seconds: float = 0.0
 
 
 class Translator:
@@ -109,26 +88,32 @@ class Translator:
                 pieces.append(self.tokenizer(parts)["input_ids"])
         return pieces
 
-    def hypotheses(self, parts: list[list[Hypothesis]]) -> list[TextHypothesis]:
-        """Texts of the n best; a split line's k-th hypothesis joins the k-th hypotheses of its parts."""
-        results = []
-        for joined in zip(*parts):
-            ids = [i for h in joined for i in h.token_ids]
-            token_scores = [s for h in joined for s in h.token_scores]
-            texts = self.tokenizer.batch_decode(
-                [h.token_ids for h in joined], skip_special_tokens=True, clean_up_tokenization_spaces=False
+    def decode(self, lines: list[str], parts: list[list[list[Hypothesis]]]) -> list[LineTranslation]:
+        """Each line with the texts of its n best; a split line's k-th hypothesis joins its parts' k-th hypotheses."""
+        flat = [h for line_parts in parts for hypotheses in line_parts for h in hypotheses]
+        texts = iter(
+            self.tokenizer.batch_decode(
+                [h.token_ids for h in flat], skip_special_tokens=True, clean_up_tokenization_spaces=False
             )
-            score = sequence_score(token_scores, self.backend.length_penalty) if token_scores else None
-            results.append(
-                TextHypothesis(
-                    " ".join(texts),
-                    self.tokenizer.convert_ids_to_tokens(ids),
-                    token_scores,
-                    score,
-                    any(h.reached_limit for h in joined),
+        )  # the pipeline's decoding, for the same text
+        translations = []
+        for line, line_parts in zip(lines, parts):
+            decoded = [[next(texts) for _ in hypotheses] for hypotheses in line_parts]
+            results = []
+            for k, joined in enumerate(zip(*line_parts)):
+                ids = [i for h in joined for i in h.token_ids]
+                token_scores = [s for h in joined for s in h.token_scores]
+                results.append(
+                    TextHypothesis(
+                        " ".join(part[k] for part in decoded),
+                        self.tokenizer.convert_ids_to_tokens(ids),
+                        token_scores,
+                        sequence_score(token_scores, self.backend.length_penalty) if token_scores else None,
+                        any(h.reached_limit for h in joined),
+                    )
                 )
-            )
-        return results
+            translations.append(LineTranslation(line, results, len(line_parts)))
+        return translations
 
 
 def load_translator(
@@ -154,7 +139,7 @@ def load_translator(
     if nbest < 1:
         raise ValueError(f"--nbest must be at least 1, got {nbest}.")
     generation = {k: v for k, v in (generation or {}).items() if v is not None}
-    if device is None and _process_group()[1] > 1:
+    if device is None and process_group()[1] > 1:
         device = str(_accelerate_state().device)  # this process's GPU under accelerate/torchrun, or the CPU
     if backend == "torch":
         engine = load_torch_backend(model, generation, nbest, device, dtype, int8, trust_remote_code, tokenizer)
@@ -172,112 +157,26 @@ def load_translator(
     return Translator(engine, max_len_a, max_len_b, settings)
 
 
-# ------------------------------------------------------------------------------------------ input and splitting
-
-
-def check_inputs(paths: list[str]) -> None:
-    """Fail before loading a model when an input file cannot be read."""
-    for path in paths:
-        if path == "-":
-            continue
-        if not os.path.exists(path):
-            raise InputError(f"{path}: no such input file.")
-        if not os.path.isfile(path):
-            raise InputError(f"{path}: not a file.")
-        try:
-            open(path, "rb").close()
-        except OSError as error:
-            raise InputError(f"{path}: cannot be read ({error.strerror}).") from None
-
-
-def read_lines(paths: list[str]) -> Iterator[str]:
-    """The lines of `paths` in order ("-" is standard input), decoded as UTF-8, without their line endings.
-
-    Bytes are split at "\\n" only, so a line is what `wc -l` counts; a byte-order mark at the start is dropped.
-    """
-    for path in paths:
-        name = "<stdin>" if path == "-" else path
-        handle = sys.stdin.buffer if path == "-" else open(path, "rb")
-        number = 0
-        try:
-            for number, raw in enumerate(handle, 1):
-                try:
-                    text = raw.decode("utf-8")
-                except UnicodeDecodeError as error:
-                    raise InputError(
-                        f"{name}:{number}: invalid UTF-8 (byte 0x{raw[error.start]:02x} at byte {error.start + 1} "
-                        "of the line); the input must be UTF-8 text."
-                    ) from None
-                yield (text[1:] if number == 1 and text.startswith("\ufeff") else text).rstrip("\r\n")
-        except OSError as error:
-            raise InputError(f"{name}:{number + 1}: read error ({error}).") from None
-        finally:
-            if handle is not sys.stdin.buffer:
-                handle.close()
-
-
-def split_to_fit(text: str, fits) -> list[str]:
-    """Pieces of `text` that each `fits`: as many whole sentences as fit, then whole words, then characters for a
-    word too long by itself. Each piece is the longest that fits, found by bisection (a few tokenizer calls per
-    piece); pieces are slices of `text`, so their spacing is the original's."""
-    return [piece for piece in _split(text, fits, 0) if piece]
-
-
-UNITS = (  # sentences, words, characters: each a list of slices that concatenate to the text
-    lambda text: [text[i:j] for i, j in _bounds(text) if i < j],
-    lambda text: re.findall(r"\s*\S+\s*", text),
-    list,
-)
-
-
-def _bounds(text: str):
-    ends = [m.end() for m in SENTENCE_END.finditer(text)]
-    return zip([0, *ends], [*ends, len(text)])
-
-
-def _split(text: str, fits, level: int) -> list[str]:
-    if fits(text.strip()):
-        return [text.strip()]
-    if level == len(UNITS):
-        raise ValueError(f"Cannot split {text!r} into pieces that the model accepts.")
-    units = UNITS[level](text)
-    if len(units) <= 1:
-        return _split(text, fits, level + 1)
-    pieces, start = [], 0
-    while start < len(units):
-        low, high = start + 1, len(units)  # the largest end with fits(units[start:end]); at least one unit
-        while low < high:
-            middle = (low + high + 1) // 2
-            low, high = (middle, high) if fits("".join(units[start:middle]).strip()) else (low, middle - 1)
-        pieces += _split("".join(units[start:low]), fits, level + 1)
-        start = low
-    return pieces
-
-
-def make_batches(lengths: list[int], max_tokens: int | None, batch_size: int | None) -> list[list[int]]:
-    """Indices sorted by length, longest first (a batch too big for memory fails at once, not hours in), cut so that
-    a batch's padded size (sentences x longest) stays within `max_tokens` and its size within `batch_size`."""
-    batches, batch = [], []
-    for i in sorted(range(len(lengths)), key=lambda i: -lengths[i]):
-        if batch and (
-            (max_tokens and (len(batch) + 1) * lengths[batch[0]] > max_tokens)
-            or (batch_size and len(batch) >= batch_size)
-        ):
-            batches.append(batch)
-            batch = []
-        batch.append(i)
-    return batches + [batch] if batch else batches
-
-
 # ------------------------------------------------------------------------------------------------- translating
 
 
 @dataclass
-class _Progress:
+class TranslationStats:
+    lines: int = 0
+    generated_tokens: int = 0  # of the best hypotheses
+    split_lines: int = 0
+    reached_length_limit: int = 0  # hypotheses
+    seconds: float = 0.0
+
+
+@dataclass
+class Progress:
+    """The counts of a run, shown (sentences/s, tokens/s) on a tqdm bar when there is one."""
+
     bar: object = None
     stats: TranslationStats = field(default_factory=TranslationStats)
     start: float = field(default_factory=time.perf_counter)
-    lines: float = 0.0
+    lines: float = 0.0  # a split line counts in fractions, one per part
 
     def advance(self, lines: float, generated_tokens: int):
         self.lines += lines
@@ -287,7 +186,7 @@ class _Progress:
             self.bar.set_postfix_str(f"{self.stats.generated_tokens / (time.perf_counter() - self.start):.0f} tok/s")
 
 
-def _process_group() -> tuple[int, int]:
+def process_group() -> tuple[int, int]:
     """(rank, world size): several processes under `accelerate launch` or `torchrun`, which set WORLD_SIZE."""
     if int(os.environ.get("WORLD_SIZE", "1")) == 1:
         return 0, 1
@@ -303,23 +202,6 @@ def _accelerate_state():
     return PartialState(cpu=not torch.cuda.is_available())
 
 
-def _windows(lines: Iterable[str], size: int) -> Iterator[list[str]]:
-    """Lists of `size` lines; on an input error, the lines read before it come first, then the error."""
-    window, error = [], None
-    try:
-        for line in lines:
-            window.append(line)
-            if len(window) == size:
-                yield window
-                window = []
-    except InputError as caught:
-        error = caught
-    if window:
-        yield window
-    if error is not None:
-        raise error
-
-
 def translate_windows(
     lines: Iterable[str],
     translator: Translator,
@@ -330,18 +212,21 @@ def translate_windows(
     scores: bool = True,
     seed: int = 0,
     first_line: int = 0,
-    progress: _Progress | None = None,
+    progress: Progress | None = None,
 ) -> Iterator[list[LineTranslation]]:
-    """The translations of each window of `buffer_size` lines, in input order (memory holds one window).
+    """The translations of each window of `buffer_size` lines, in input order; memory holds one window.
 
+    A window is sorted by length and cut into batches of at most `max_tokens` padded source tokens (3000 when neither
+    limit is given) and `batch_size` sentences. `scores=False` skips the token scores. Sampling seeds each batch from
+    `seed` and the batch's place in the input (`first_line`: where `lines` starts), the same in any process count.
     Under several processes every process reads all lines and cuts the same batches; process r translates batches
-    r, r + world, ... and the first process gathers the window and yields it (the others yield empty lists).
+    r, r + world, ... and the first process gathers each window and yields it (the others yield empty lists).
     """
     if max_tokens is None and batch_size is None:
         max_tokens = DEFAULT_MAX_TOKENS
-    rank, world = _process_group()
-    progress = progress or _Progress()
-    for index, window in enumerate(_windows(lines, buffer_size)):
+    rank, world = process_group()
+    progress = progress or Progress()
+    for index, window in enumerate(windows(lines, buffer_size)):
         pieces = translator.encode(window)
         segments = [(i, ids) for i, line_pieces in enumerate(pieces) for ids in line_pieces]
         batches = make_batches([len(ids) for _, ids in segments], max_tokens, batch_size)
@@ -354,10 +239,9 @@ def translate_windows(
                 sources,
                 [translator.limit(len(s)) for s in sources],
                 scores=scores,
-                seed=seed + 1_000_003 * (first_line + index * buffer_size) + number,  # the same for any process count
+                seed=seed + 1_000_003 * (first_line + index * buffer_size) + number,
             )
             results.update(zip(batch, hypotheses))
-            # A split line counts as done in fractions, one per part.
             progress.advance(sum(1 / len(pieces[segments[j][0]]) for j in batch), _generated(hypotheses))
         if world > 1:
             gathered = [None] * world if rank == 0 else None
@@ -371,19 +255,15 @@ def translate_windows(
         by_line = [[] for _ in window]
         for j, (i, _) in enumerate(segments):
             by_line[i].append(results[j])
-        translations = [
-            LineTranslation(line, translator.hypotheses(parts) if parts else [], len(parts))
-            for line, parts in zip(window, by_line)
-        ]
+        translations = translator.decode(window, by_line)
         progress.stats.lines = window_start + len(window)
-        progress.advance(progress.stats.lines - progress.lines, 0)  # empty lines and other processes' batches
+        progress.advance(progress.stats.lines - progress.lines, 0)  # blank lines, other processes' batches
         progress.stats.split_lines += sum(t.parts > 1 for t in translations)
         progress.stats.reached_length_limit += sum(h.reached_length_limit for t in translations for h in t.hypotheses)
         yield translations
 
 
 def _generated(hypotheses) -> int:
-    """New tokens of the best hypotheses, for the progress bar's tokens/s."""
     return sum(len(hs[0].token_ids) for hs in hypotheses if hs)
 
 
@@ -391,63 +271,6 @@ def translate_lines(lines: Iterable[str], translator: Translator, **kwargs) -> I
     """One `LineTranslation` per input line, in order; keyword arguments as for `translate_windows`."""
     for window in translate_windows(lines, translator, **kwargs):
         yield from window
-
-
-# ---------------------------------------------------------------------------------------------------- output
-
-
-def format_translation(line_id: int, translation: LineTranslation, output_format: str) -> str:
-    """`text`: the best translation on one line. `jsonl`: one JSON object per input line. `fairseq`: fairseq-generate's
-    S-/H-/D-/P- lines (H: subword tokens, D: text, both after the score; scores in base 2 as fairseq prints them)."""
-    if output_format == "text":
-        return (translation.hypotheses[0].text if translation.hypotheses else "").replace("\n", " ") + "\n"
-    if output_format == "jsonl":
-        record = {
-            "id": line_id,
-            "source": translation.source,
-            "hypotheses": [_as_json(h) for h in translation.hypotheses],
-        }
-        if translation.parts > 1:
-            record["parts"] = translation.parts
-        return json.dumps(record, ensure_ascii=False) + "\n"
-    out = [f"S-{line_id}\t{translation.source}\n"]
-    for h in translation.hypotheses:
-        score = _base2(h.score)
-        out.append(f"H-{line_id}\t{score}\t{' '.join(h.tokens)}\n".replace("\n", " ").rstrip() + "\n")
-        out.append(f"D-{line_id}\t{score}\t{h.text}".replace("\n", " ") + "\n")
-        out.append(f"P-{line_id}\t{' '.join(f'{_base2(s):.4f}' for s in h.token_scores)}\n")
-    return "".join(out)
-
-
-def _base2(score: float | None) -> float | None:
-    return None if score is None or math.isnan(score) else score / math.log(2)
-
-
-def _as_json(h: TextHypothesis) -> dict:
-    def rounded(x):
-        return None if x is None or math.isnan(x) else round(x, 4)
-
-    return {
-        "text": h.text,
-        "score": rounded(h.score),
-        "tokens": h.tokens,
-        "token_scores": [rounded(s) for s in h.token_scores],
-        "reached_length_limit": h.reached_length_limit,
-    }
-
-
-def _count_lines(paths: list[str]) -> int | None:
-    """Lines in the input files (a last line without a newline counts), for the progress bar; None for stdin."""
-    if "-" in paths:
-        return None
-    total = 0
-    for path in paths:
-        last = b"\n"
-        with open(path, "rb") as f:
-            for block in iter(lambda: f.read(1 << 20), b""):
-                total, last = total + block.count(b"\n"), block[-1:]
-        total += last != b"\n"
-    return total
 
 
 def translate_file(
@@ -464,35 +287,35 @@ def translate_file(
 
     The output is written and flushed window by window. With a file output, `<output>.progress` records after each
     window how many input lines and output bytes are complete; `resume=True` cuts the output back to that size and
-    continues after those lines, so an interrupted run loses and repeats nothing. The progress file is removed when the
-    run completes. Keyword arguments are `translate_windows`'s.
+    continues after those lines, so an interrupted run loses and repeats nothing. The progress file is removed when
+    the run completes. `quiet` hides the progress bar. Other keyword arguments are `translate_windows`'s.
     """
     inputs = list(inputs or ["-"])
     if output_format not in FORMATS:
         raise ValueError(f"--format must be one of {FORMATS}, got {output_format!r}.")
     if output_format == "text" and translator.nbest > 1:
-        raise ValueError(
-            f"--nbest {translator.nbest} needs --format jsonl or fairseq: text has one line per input line."
-        )
+        raise ValueError(f"--nbest {translator.nbest} needs --format jsonl or fairseq: text has one line per input.")
     to_file = output not in (None, "-")
     if resume and not to_file:
         raise ValueError("--resume needs --output FILE: standard output cannot be continued.")
     check_inputs(inputs)
+    if to_file and any(path != "-" and Path(path).resolve() == Path(output).resolve() for path in inputs):
+        raise ValueError(f"--output {output} is also an input: writing would destroy it.")
     state_path = Path(f"{output}.progress") if to_file else None
-    done, size = (_resume_point(Path(output), state_path, translator.settings, resume)) if to_file else (0, 0)
-    rank, world = _process_group()
+    done, size = resume_point(Path(output), state_path, translator.settings, resume) if to_file else (0, 0)
+    rank, world = process_group()
     if world > 1:
         torch.distributed.barrier()  # every process has checked before the first one writes
-    progress = _Progress(lines=done)
+    progress = Progress(lines=done)
     progress.stats.lines = done
     writer = None
     if rank == 0:
-        progress.bar = None if quiet else _progress_bar(_count_lines(inputs), done)
+        progress.bar = None if quiet else _progress_bar(count_lines(inputs), done)
         if to_file:
             writer = open(output, "r+b" if done or size else "wb")
             writer.truncate(size)
             writer.seek(size)
-            _save_state(state_path, done, size, translator.settings)
+            save_state(state_path, done, size, translator.settings)
         else:
             writer = sys.stdout.buffer
     lines = itertools.islice(read_lines(inputs), done, None)
@@ -508,7 +331,7 @@ def translate_file(
             done += len(window)
             if to_file:
                 os.fsync(writer.fileno())
-                _save_state(state_path, done, writer.tell(), translator.settings)
+                save_state(state_path, done, writer.tell(), translator.settings)
     except InputError as error:
         if to_file and rank == 0:
             message = f"{error} The {done} lines before it are in {output}; fix the input and add --resume."
@@ -526,36 +349,6 @@ def translate_file(
     if rank == 0:
         _warn(stats)
     return stats
-
-
-def _resume_point(output: Path, state_path: Path, settings: dict, resume: bool) -> tuple[int, int]:
-    """(input lines done, output bytes to keep) for this run, after checking that resuming is what is asked."""
-    if not resume:
-        if state_path.exists():
-            raise ValueError(
-                f"{state_path} shows that an earlier run into {output} was interrupted: add --resume to continue it, "
-                "or delete that file to start over."
-            )
-        return 0, 0
-    if not state_path.exists():
-        if output.exists() and output.stat().st_size:
-            raise ValueError(f"Nothing to resume: {output} exists but has no {state_path.name} (the run finished?).")
-        return 0, 0
-    state = json.loads(state_path.read_text())
-    changed = sorted(k for k in set(state["settings"]) | set(settings) if state["settings"].get(k) != settings.get(k))
-    if changed:
-        raise ValueError(
-            f"--resume: {', '.join(changed)} differ from the interrupted run's ({state_path}); rerun with its settings."
-        )
-    if output.stat().st_size < state["bytes"]:
-        raise ValueError(f"--resume: {output} is shorter than {state_path} records; it was changed since.")
-    return state["lines"], state["bytes"]
-
-
-def _save_state(path: Path, lines: int, size: int, settings: dict) -> None:
-    temporary = path.with_name(path.name + ".tmp")
-    temporary.write_text(json.dumps({"lines": lines, "bytes": size, "settings": settings}))
-    os.replace(temporary, path)  # atomic: the state is the old one or the new one, never half-written
 
 
 def _progress_bar(total: int | None, done: int):
@@ -591,13 +384,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     decoding = parser.add_argument_group("decoding (default: the model's generation config)")
     decoding.add_argument("--num_beams", type=int)
     decoding.add_argument("--length_penalty", type=float)
+    decoding.add_argument("--early_stopping", action=argparse.BooleanOptionalAction, default=None)
     decoding.add_argument("--do_sample", action=argparse.BooleanOptionalAction, default=None)
     decoding.add_argument("--temperature", type=float)
     decoding.add_argument("--top_k", type=int)
     decoding.add_argument("--top_p", type=float)
     decoding.add_argument("--seed", type=int, default=0, help="sampling seed (each batch is seeded from it)")
     decoding.add_argument("--max_len_a", type=float, default=0.0, help="new tokens <= a * source tokens + b")
-    decoding.add_argument("--max_len_b", type=int, help="(default: the model's limit)")
+    decoding.add_argument("--max_len_b", type=int, help="(default: the model's own limit)")
     batching = parser.add_argument_group("batching")
     batching.add_argument(
         "--max_tokens", type=int, help=f"padded source tokens per batch (default {DEFAULT_MAX_TOKENS})"
@@ -606,10 +400,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     batching.add_argument("--buffer_size", type=int, default=DEFAULT_BUFFER_SIZE, help="lines read and sorted at once")
     engine = parser.add_argument_group("engine")
     engine.add_argument("--backend", default="torch", choices=("torch", "ctranslate2"))
-    engine.add_argument("--device", help="torch device, or ctranslate2's cpu/cuda (default: cuda when available)")
+    engine.add_argument("--device", help="cpu, cuda, cuda:1, ... (default: cuda when there is one)")
     engine.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"))
     engine.add_argument("--int8", action="store_true", help="dynamic int8 quantization of the linear layers (CPU)")
-    engine.add_argument("--compute_type", default="default", help="ctranslate2 compute type (int8, float16, ...)")
+    engine.add_argument("--compute_type", default="default", help="CTranslate2's compute type (int8, float16, ...)")
     engine.add_argument("--trust_remote_code", action="store_true")
     parser.add_argument("--resume", action="store_true", help="continue an interrupted run into the same --output")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -617,22 +411,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run a parsed `translate` command; errors in the input, the model or the settings print one line, exit 1."""
+    """Run a parsed `translate` command; an error in the input, the model or the settings prints one line, exit 1."""
     if args.quiet:
         logging.disable_progress_bar()
     try:
         check_inputs(args.inputs or ["-"])
+        generation = {name: getattr(args, name) for name in GENERATION_OPTIONS}
         translator = load_translator(
             args.model,
             backend=args.backend,
-            generation=dict(
-                num_beams=args.num_beams,
-                length_penalty=args.length_penalty,
-                do_sample=args.do_sample,
-                temperature=args.temperature,
-                top_k=args.top_k,
-                top_p=args.top_p,
-            ),
+            generation=generation,
             nbest=args.nbest,
             max_len_a=args.max_len_a,
             max_len_b=args.max_len_b,
@@ -657,7 +445,14 @@ def run(args: argparse.Namespace) -> int:
     except (ValueError, OSError, ImportError) as error:
         print(f"translate: error: {error}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:
+        if args.output:
+            print(f"translate: interrupted; add --resume to continue into {args.output}.", file=sys.stderr)
+        return 130
     return 0
+
+
+GENERATION_OPTIONS = ("num_beams", "length_penalty", "early_stopping", "do_sample", "temperature", "top_k", "top_p")
 
 
 def main(argv: list[str] | None = None) -> int:

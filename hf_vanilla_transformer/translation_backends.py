@@ -7,6 +7,7 @@ hypotheses as token ids with the log-probability of every token. Texts, batching
 
 import copy
 import hashlib
+import json
 import os
 import shutil
 import warnings
@@ -262,38 +263,26 @@ class CTranslate2Backend:
     log-probabilities come from scoring the hypotheses (`score_batch`), the model's own, as beam search uses them."""
 
     def __init__(self, translator, tokenizer, generation_config: GenerationConfig, nbest: int, limit: int | None):
+        from .export_ctranslate2 import translate_options
+
         self.translator, self.tokenizer, self.nbest = translator, tokenizer, nbest
-        self.generation_config = generation_config
         self.input_limit = limit
         self.max_new_tokens = limit - 1 if limit else None
         self.default_new_tokens = default_new_tokens(generation_config)
         self.length_penalty = _length_penalty(generation_config)
-        config = generation_config
-        sampling = bool(config.do_sample)
-        self.options = dict(
-            beam_size=config.num_beams or 1,
-            length_penalty=self.length_penalty,
-            num_hypotheses=nbest,
-            repetition_penalty=config.repetition_penalty or 1.0,
-            no_repeat_ngram_size=config.no_repeat_ngram_size or 0,
-            sampling_topk=(config.top_k or 0) if sampling else 1,  # 0: the whole vocabulary
-            sampling_topp=(config.top_p or 1.0) if sampling else 1.0,
-            sampling_temperature=(config.temperature or 1.0) if sampling else 1.0,
-            max_input_length=0,  # long lines are split before they get here
-            return_end_token=True,
+        # Long lines are split before they get here (max_input_length=0: no truncation); EOS shows who ended.
+        self.options = translate_options(
+            generation_config, num_hypotheses=nbest, max_input_length=0, return_end_token=True
         )
 
     def generate(self, sources: list[list[int]], limits: list[int], scores: bool = True, seed: int = 0):
-        import ctranslate2
-
-        ctranslate2.set_random_seed(seed)
         eos = self.tokenizer.eos_token
         tokens = [self.tokenizer.convert_ids_to_tokens(s) for s in sources]
         results = [None] * len(sources)
         for limit in sorted(set(limits)):
             group = [i for i, n in enumerate(limits) if n == limit]
             outputs = self.translator.translate_batch(
-                [tokens[i] for i in group], max_decoding_length=limit, **self.options
+                [tokens[i] for i in group], **{**self.options, "max_decoding_length": limit}
             )
             for i, output in zip(group, outputs):
                 results[i] = output.hypotheses
@@ -344,9 +333,23 @@ def load_ctranslate2_backend(
         compute_type=compute_type,
         intra_threads=torch.get_num_threads(),
     )
+    if generation_config.bad_words_ids and all(len(ids) == 1 for ids in generation_config.bad_words_ids):
+        # OPUS-MT models ban <pad>, which CTranslate2's Marian conversion leaves out: only other bans need mapping.
+        vocabulary = set(_target_vocabulary(folder))
+        banned = [
+            ids for ids in generation_config.bad_words_ids if tokenizer.convert_ids_to_tokens(ids[0]) in vocabulary
+        ]
+        generation_config.bad_words_ids = banned or None
     config = None if source == folder else AutoConfig.from_pretrained(source, trust_remote_code=trust_remote_code)
     generation_config = generation_settings(generation_config, overrides, nbest)
     return CTranslate2Backend(translator, tokenizer, generation_config, nbest, input_limit(tokenizer, config))
+
+
+def _target_vocabulary(folder: Path) -> list[str]:
+    for name in ("target_vocabulary.json", "shared_vocabulary.json"):
+        if (folder / name).is_file():
+            return json.loads((folder / name).read_text(encoding="utf-8"))
+    return []
 
 
 def _converted(model_dir: Path, trust_remote_code: bool) -> Path:

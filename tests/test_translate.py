@@ -18,18 +18,17 @@ import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors
 from transformers import AutoTokenizer, MarianConfig, MarianMTModel, PreTrainedTokenizerFast, pipeline
 
-from hf_vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
-from hf_vanilla_transformer.translate import (
+from hf_vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration, cli
+from hf_vanilla_transformer.translate import Translator, load_translator, translate_file, translate_lines
+from hf_vanilla_transformer.translation_backends import Hypothesis, resolve_model
+from hf_vanilla_transformer.translation_io import (
     InputError,
-    Translator,
+    LineTranslation,
+    TextHypothesis,
     format_translation,
-    load_translator,
     make_batches,
     split_to_fit,
-    translate_file,
-    translate_lines,
 )
-from hf_vanilla_transformer.translation_backends import Hypothesis, resolve_model
 
 from .tiny_tokenizer import SENTENCES, tiny_tokenizer
 
@@ -184,13 +183,13 @@ def test_jsonl_and_fairseq_formats_carry_the_n_best_with_scores(model_dir, tmp_p
 
 def test_each_sentence_gets_its_own_length_limit_and_hitting_it_is_reported(model_dir, model_and_tokenizer, tmp_path):
     model, tokenizer = model_and_tokenizer
-    translator = load_translator(str(model_dir), device="cpu", max_len_a=0.5, max_len_b=1)
+    translator = load_translator(str(model_dir), device="cpu", max_len_a=0.8, max_len_b=1)
     lines = [line for line in LINES if line.strip()]
     translations = list(translate_lines(lines, translator, max_tokens=1000))
     limited = 0
     for line, translation in zip(lines, translations):
         source_length = len(tokenizer(line)["input_ids"])  # EOS included, as fairseq counts
-        limit = int(0.5 * source_length + 1)
+        limit = int(0.8 * source_length + 1)
         alone = model.generate(**tokenizer(line, return_tensors="pt"), max_new_tokens=limit)[0, 1:]
         (h,) = translation.hypotheses
         assert h.tokens == tokenizer.convert_ids_to_tokens(alone[alone != tokenizer.pad_token_id])
@@ -270,20 +269,20 @@ def run_module(*args, **kwargs) -> subprocess.Popen:
 
 
 def test_a_killed_run_resumes_without_losing_or_repeating_a_line(translator, model_dir, tmp_path):
-    lines = [LINES[i % len(LINES)] for i in range(400)]
+    lines = [LINES[i % len(LINES)] for i in range(200)]
     source = write_lines(tmp_path / "in.de", lines)
     output, progress = tmp_path / "out.jsonl", tmp_path / "out.jsonl.progress"
     args = ["--model", model_dir, source, "--output", output, "--format", "jsonl", "--buffer_size", "10", "--quiet"]
     process = run_module(*args)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and process.poll() is None:
-        if progress.exists() and json.loads(progress.read_text())["lines"] >= 30:
+        if progress.exists() and json.loads(progress.read_text())["lines"] >= 20:
             break
         time.sleep(0.02)
     process.send_signal(signal.SIGKILL)
     process.wait()
     state = json.loads(progress.read_text())
-    assert 30 <= state["lines"] < len(lines), "the run must be killed mid-way"
+    assert 20 <= state["lines"] < len(lines), "the run must be killed mid-way"
     with open(output, "ab") as f:
         f.write(b'{"id": 9999, "half a window')  # as if killed while writing the next window
     with pytest.raises(ValueError, match="--resume"):
@@ -312,6 +311,8 @@ def test_resume_refuses_what_would_mix_outputs(model_dir, translator, tmp_path):
         translate_file([str(source)], str(output), translator, resume=True, quiet=True)
     with pytest.raises(ValueError, match="needs --output"):
         translate_file([str(source)], None, translator, resume=True, quiet=True)
+    with pytest.raises(ValueError, match="is also an input"):
+        translate_file([str(source)], str(source), translator, quiet=True)
     with pytest.raises(ValueError, match="--format jsonl or fairseq"):
         translate_file([str(source)], None, load_translator(str(model_dir), device="cpu", nbest=2), quiet=True)
 
@@ -441,7 +442,7 @@ def test_marian_translates_like_its_generate(marian_dir):
 def test_ctranslate2_backend_converts_marian_and_agrees_with_pytorch(marian_dir, tmp_path, monkeypatch):
     pytest.importorskip("ctranslate2")
     monkeypatch.setenv("HF_VANILLA_TRANSFORMER_CACHE", str(tmp_path))
-    settings = dict(device="cpu", nbest=2, generation={"num_beams": 2}, max_len_b=8)
+    settings = dict(device="cpu", nbest=2, generation={"num_beams": 2, "early_stopping": True}, max_len_b=8)
     torch_translations = list(translate_lines(LINES, load_translator(str(marian_dir), **settings)))
     ct2 = load_translator(str(marian_dir), backend="ctranslate2", **settings)
     (converted,) = (tmp_path / "ctranslate2").iterdir()
@@ -458,6 +459,25 @@ def test_ctranslate2_backend_converts_marian_and_agrees_with_pytorch(marian_dir,
         shutil.copy(marian_dir / name, converted / name)
     direct = load_translator(str(converted), backend="ctranslate2", **settings)
     assert texts(translate_lines(LINES, direct)) == texts(torch_translations)
+
+
+def test_ctranslate2_backend_exports_our_model_once_and_agrees_with_pytorch(
+    model_dir, translator, tmp_path, monkeypatch
+):
+    pytest.importorskip("ctranslate2")
+    monkeypatch.setenv("HF_VANILLA_TRANSFORMER_CACHE", str(tmp_path))
+    ct2 = load_translator(str(model_dir), backend="ctranslate2", device="cpu")
+    ours = list(translate_lines(LINES, translator))
+    for theirs, reference in zip(translate_lines(LINES, ct2), ours):
+        assert [h.tokens for h in theirs.hypotheses] == [h.tokens for h in reference.hypotheses]
+        for a, b in zip(reference.hypotheses, theirs.hypotheses):
+            assert b.token_scores == pytest.approx(a.token_scores, abs=1e-3)
+            assert b.score == pytest.approx(a.score, abs=1e-3)
+    (converted,) = (tmp_path / "ctranslate2").iterdir()
+    load_translator(str(model_dir), backend="ctranslate2", device="cpu")  # reuses the converted folder
+    assert list((tmp_path / "ctranslate2").iterdir()) == [converted]
+    with pytest.raises(ValueError, match="do_sample"):
+        load_translator(str(converted), backend="ctranslate2", generation={"do_sample": True})
 
 
 def free_port() -> int:
@@ -495,15 +515,11 @@ def test_the_console_command_reads_stdin_writes_stdout_and_shows_progress(model_
     assert run.returncode == 0, run.stderr
     assert run.stdout.splitlines() == texts(translate_lines(LINES, translator))
     assert "sent/s" in run.stderr and "tok/s" in run.stderr
-    bad = subprocess.run(
-        [command, "translate", "--model", "./no-such-model"], capture_output=True, text=True, input=""
-    )
-    assert bad.returncode == 1 and bad.stderr.strip() == "translate: error: Model folder not found: ./no-such-model"
+    assert cli.main(["translate", "--model", "./no-such-model", "--quiet"]) == 1
+    assert capsys.readouterr().err == "translate: error: Model folder not found: ./no-such-model\n"
 
 
 def test_format_translation_keeps_one_line_per_input_line():
-    from hf_vanilla_transformer.translate import LineTranslation, TextHypothesis
-
     translation = LineTranslation("a\tb", [TextHypothesis("x\ny", ["x", "y"], [-1.0, -2.0], -1.5, False)], 1)
     assert format_translation(0, translation, "text") == "x y\n"
     assert format_translation(7, LineTranslation("", [], 0), "text") == "\n"
