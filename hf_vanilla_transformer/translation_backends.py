@@ -130,12 +130,12 @@ class ScoreRecorder(LogitsProcessor):
         return scores
 
     def token_scores(self, sequences: torch.Tensor, beam_indices: torch.Tensor | None) -> torch.Tensor:
-        """(rows, new tokens) log-probabilities of `sequences[:, 1:]`; NaN where not generated."""
+        """(rows, new tokens) log-probabilities of `sequences[:, 1:]`, meaningful up to each row's end (beam search:
+        NaN after it)."""
         tokens = sequences[:, 1:]
         if not self.beam_search:
             last = self.previous.gather(1, tokens[:, len(self.steps) : len(self.steps) + 1]).squeeze(1)
-            scores = torch.stack([*self.steps, last], dim=1)[:, : tokens.shape[1]]
-            return scores
+            return torch.stack([*self.steps, last], dim=1)[:, : tokens.shape[1]]
         steps = beam_indices.shape[1]
         values = torch.stack([v for v, _ in self.steps[:steps]])  # (steps, rows, keep)
         indices = torch.stack([i for _, i in self.steps[:steps]])
@@ -172,11 +172,12 @@ class TorchBackend:
         input_ids = torch.tensor([s + [pad] * (length - len(s)) for s in sources], device=self.device)
         attention_mask = torch.tensor([[1] * len(s) + [0] * (length - len(s)) for s in sources], device=self.device)
         config = self.generation_config
-        beam_search = (config.num_beams or 1) > 1
+        num_beams = config.num_beams or 1
         if config.do_sample:
             torch.manual_seed(seed)
-        keep = self.model.config.vocab_size if config.do_sample else 2 * config.num_beams
-        recorder = ScoreRecorder(beam_search, keep)
+        # Beam search picks among its best max(2, 1 + number of EOS ids) * num_beams candidates per sentence.
+        keep = self.model.config.vocab_size if config.do_sample else max(2, 1 + len(self.eos_ids)) * num_beams
+        recorder = ScoreRecorder(num_beams > 1, keep)
         # generate() fills what its arguments leave unset from model.generation_config, and warns when that has a
         # max_length beside our max_new_tokens: during the call, the model's config is ours.
         original, self.model.generation_config = self.model.generation_config, config
@@ -219,6 +220,7 @@ def load_torch_backend(
     if dtype not in DTYPES:
         raise ValueError(f"--dtype must be one of {sorted(DTYPES)}, got {dtype!r}.")
     if dtype == "float16" and device.type == "cpu":
+        # bfloat16 is allowed: CPUs with AMX or AVX512-BF16 run it fast (on others it is slower than float32).
         raise ValueError("--dtype float16 needs a GPU (--device cuda): CPUs compute float16 slowly, if at all.")
     if int8 and (device.type != "cpu" or dtype != "float32"):
         raise ValueError("--int8 is PyTorch's dynamic quantization for CPUs: use it with --device cpu and float32.")

@@ -437,6 +437,9 @@ def test_marian_translates_like_its_generate(marian_dir):
         expected.append(tokenizer.decode(ids[0], skip_special_tokens=True) if line.strip() else "")
     assert texts(translate_lines(LINES, translator, max_tokens=16)) == expected
     assert len(set(expected)) > 4
+    greedy = load_translator(str(marian_dir), device="cpu")  # its generation config leaves num_beams unset
+    (translation,) = translate_lines(LINES[:1], greedy)
+    assert len(translation.hypotheses[0].token_scores) == len(translation.hypotheses[0].tokens) == 11
 
 
 def test_ctranslate2_backend_converts_marian_and_agrees_with_pytorch(marian_dir, tmp_path, monkeypatch):
