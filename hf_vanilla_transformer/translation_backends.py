@@ -214,8 +214,8 @@ def load_torch_backend(
     trust_remote_code: bool = False,
     tokenizer=None,
 ) -> TorchBackend:
-    """Any `AutoModelForSeq2SeqLM`, a folder or Hub id loaded with its tokenizer, or a model object with `tokenizer`;
-    `overrides` go on top of its generation config."""
+    """Any `AutoModelForSeq2SeqLM`, a folder or Hub id loaded with its tokenizer, or a model object with `tokenizer`
+    (moved to `device` and `dtype`, in eval mode); `overrides` go on top of its generation config."""
     device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     if dtype not in DTYPES:
         raise ValueError(f"--dtype must be one of {sorted(DTYPES)}, got {dtype!r}.")
@@ -234,17 +234,16 @@ def load_torch_backend(
     model = model.to(device, DTYPES[dtype]).eval()
     if int8:
         # A copy with every nn.Linear (the tied lm_head too, as its own int8 copy) holding int8 weights and
-        # quantizing its input on the fly; embeddings, LayerNorms and the attention products stay float32.
-        with (
-            warnings.catch_warnings()
-        ):  # torch 2.13 deprecates quantized tensors in favour of torchao; they still work
+        # quantizing its input on the fly; embeddings, LayerNorms and the attention products stay float32. torch 2.13
+        # deprecates these quantized tensors in favour of torchao, and warns; they still work.
+        with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=".*quantized tensor creation functions", category=UserWarning)
             model = torch.ao.quantization.quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8)
     return TorchBackend(model, tokenizer, generation_settings(model.generation_config, overrides, nbest), nbest)
 
 
 def generation_settings(base: GenerationConfig, overrides: dict, nbest: int) -> GenerationConfig:
-    """The model's generation config with `overrides` (None = keep), checked before any input is read."""
+    """The model's generation config with `overrides` on top, checked before any input is read."""
     config = copy.deepcopy(base)
     config.update(**overrides)
     # What the model's config sets for a strategy that the overrides turned off would be an error in validate().

@@ -6,22 +6,24 @@ its int8 and CTranslate2 engines give up.
     python scripts/benchmark_translate.py --model DIR --lines 1000 --systems pipeline translate
 
 The German side of the bundled test split, repeated to --lines lines, is translated by each system in a fresh process
-(after an untimed warm-up on its first 64 lines) with the model's own decoding settings (beam 4, length penalty 0.6
-for this package's trained models). Systems:
+(after an untimed warm-up on its first 64 lines; with --repeats, in rotating order, the median reported) with the
+model's own decoding settings (beam 4, length penalty 0.6 for this package's trained models). Systems:
 - pipeline: a plain loop over `pipeline("translation")`, 32 lines per call in file order, `batch_size=32`;
 - pipeline-marian: the same loop with the same model as a MarianMTModel (`convert_marian.to_marian`, same function);
 - translate: `translate_file` (what the command runs), PyTorch float32, default batching;
 - translate-2proc: the same in two processes of one thread each (`accelerate launch`, gloo);
 - translate-int8: `--int8`; translate-ct2 / translate-ct2-int8: `--backend ctranslate2`, float32 / int8.
-Reported: sentences per second of the timed translation (model loading excluded), the speed-up over the pipeline
-loop, the lines identical to its output, and BLEU on the test split (the first 1,000 lines) with its change against
-float32 PyTorch. Absolute numbers move with the machine's load; compare rows of one run.
+Reported: sentences per second of the timed translation (model loading excluded), by the wall clock and by the
+processes' CPU time (on a shared machine, other users stretch the first but hardly the second; with one thread per
+process the two agree on an idle machine), the speed-up over the pipeline loop, the lines identical to its output,
+and BLEU on the test split (the first 1,000 lines) with its change against float32 PyTorch.
 """
 
 import argparse
 import json
 import os
 import platform
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -44,9 +46,9 @@ REFERENCE, BASELINE = "translate", "pipeline"  # BLEU changes are against the fi
 WARM_UP = 64
 
 
-def run_system(system: str, model: str, source: Path, output: Path) -> float:
-    """Translate `source` into `output` with `system` (in this process); returns the seconds of the timed run."""
-    import torch
+def run_system(system: str, model: str, source: Path, output: Path) -> dict:
+    """Translate `source` into `output` with `system` (in this process); returns the wall-clock and CPU seconds of
+    the timed run (CPU: this process's, all its threads; under several processes, the slowest one's)."""
 
     lines = source.read_text(encoding="utf-8").splitlines()
     if system.startswith("pipeline"):
@@ -68,9 +70,9 @@ def run_system(system: str, model: str, source: Path, output: Path) -> float:
             return texts
 
         loop(lines[:WARM_UP])
-        start = time.perf_counter()
+        start = time.perf_counter(), time.process_time()
         texts = loop(lines)
-        seconds = time.perf_counter() - start
+        seconds = _elapsed(start)
         output.write_text("".join(text.replace("\n", " ") + "\n" for text in texts), encoding="utf-8")
         return seconds
     from hf_vanilla_transformer.translate import load_translator, translate_file, translate_lines
@@ -84,19 +86,25 @@ def run_system(system: str, model: str, source: Path, output: Path) -> float:
         device="cpu",
     )
     list(translate_lines(lines[:WARM_UP], translator))
-    start = time.perf_counter()
+    start = time.perf_counter(), time.process_time()
     translate_file([str(source)], str(output), translator, quiet=True)
-    seconds = torch.tensor(time.perf_counter() - start)
+    return _elapsed(start)
+
+
+def _elapsed(start: tuple[float, float]) -> dict:
+    import torch
+
+    seconds = torch.tensor([time.perf_counter() - start[0], time.process_time() - start[1]], dtype=torch.float64)
     if torch.distributed.is_initialized():  # several processes: until the last one is done
         torch.distributed.all_reduce(seconds, op=torch.distributed.ReduceOp.MAX)
-    return seconds.item()
+    return {"wall": seconds[0].item(), "cpu": seconds[1].item()}
 
 
-def measure(system: str, model: str, source: Path, output: Path) -> float:
-    """Run `system` in a fresh process; returns its timed seconds."""
+def measure(system: str, model: str, source: Path, output: Path, threads: int | None) -> dict:
+    """Run `system` in a fresh process (with `threads` threads); returns its timed seconds (wall, cpu)."""
     command = [sys.executable, __file__, "--model", model, "--run", system, "--source", str(source)]
     command += ["--output", str(output)]
-    env = dict(os.environ)
+    env = dict(os.environ, **({"OMP_NUM_THREADS": str(threads)} if threads else {}))
     if system == "translate-2proc":
         launch = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2"]
         launch += ["--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no"]
@@ -106,7 +114,7 @@ def measure(system: str, model: str, source: Path, output: Path) -> float:
     run = subprocess.run(command, capture_output=True, text=True, env=env)
     if run.returncode != 0:
         raise RuntimeError(f"{system} failed:\n{run.stderr[-3000:]}")
-    return json.loads(run.stdout.strip().splitlines()[-1])["seconds"]
+    return json.loads(run.stdout.strip().splitlines()[-1])
 
 
 def bleu(hypotheses: list[str], references: list[str]) -> float:
@@ -129,6 +137,8 @@ def main(argv=None):
     parser.add_argument("--model", required=True, help="a trained model folder (with its tokenizer)")
     parser.add_argument("--lines", type=int, default=5000)
     parser.add_argument("--systems", nargs="+", default=list(SYSTEMS), choices=list(SYSTEMS))
+    parser.add_argument("--repeats", type=int, default=1, help="measurements per system (median reported)")
+    parser.add_argument("--threads", type=int, help="threads per process (default: PyTorch's; 2proc: 1 each)")
     parser.add_argument("--output_json", help="also write the results here")
     parser.add_argument("--run", choices=list(SYSTEMS), help=argparse.SUPPRESS)  # one system, in this process
     parser.add_argument("--source", type=Path, help=argparse.SUPPRESS)
@@ -137,29 +147,39 @@ def main(argv=None):
     if args.run:
         seconds = run_system(args.run, args.model, args.source, args.output)
         if int(os.environ.get("RANK", "0")) == 0:
-            print(json.dumps({"seconds": seconds}))
+            print(json.dumps(seconds))
         return None
 
     pairs = [json.loads(line)["translation"] for line in (BUNDLED_CORPUS / "test.jsonl").open(encoding="utf-8")]
     sources = [pair["de"] for pair in pairs]
     references = [pair["en"] for pair in pairs]
     lines = [sources[i % len(sources)] for i in range(args.lines)]
-    results = {"cpu": cpu_name(), "cpu_count": os.cpu_count(), "lines": args.lines, "model": args.model, "rows": {}}
+    results = dict(cpu=cpu_name(), cpu_count=os.cpu_count(), threads=args.threads, lines=args.lines, model=args.model)
+    results["load_average_before"] = os.getloadavg()[0]
+    results["rows"] = {}
     with tempfile.TemporaryDirectory() as work:
         source = Path(work) / "source.de"
         source.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
-        outputs = {}
-        for system in args.systems:
-            output = Path(work) / f"{system}.en"
-            seconds = measure(system, args.model, source, output)
-            outputs[system] = output.read_text(encoding="utf-8").splitlines()
-            results["rows"][system] = {"seconds": round(seconds, 2), "sentences_per_s": round(args.lines / seconds, 1)}
-            print(f"{system}: {args.lines / seconds:.1f} sentences/s", file=sys.stderr)
+        outputs, seconds = {}, {system: [] for system in args.systems}
+        for repeat in range(args.repeats):  # the order rotates, so that a change in the machine's load spreads out
+            for system in args.systems[repeat:] + args.systems[:repeat]:
+                output = Path(work) / f"{system}.en"
+                seconds[system].append(measure(system, args.model, source, output, args.threads))
+                outputs.setdefault(system, output.read_text(encoding="utf-8").splitlines())
+                print(f"{system}: {seconds[system][-1]}", file=sys.stderr)
+        for system, runs in seconds.items():
+            row = results["rows"][system] = {"runs": runs}
+            for clock in ("wall", "cpu"):
+                row[f"{clock}_seconds"] = statistics.median(run[clock] for run in runs)
+                row[f"sentences_per_{clock}_s"] = round(args.lines / row[f"{clock}_seconds"], 1)
     for system, row in results["rows"].items():
         texts = outputs[system]
         row["bleu"] = round(bleu(texts[: len(references)], references[: len(texts)]), 2)
         if BASELINE in results["rows"]:
-            row["speedup"] = round(results["rows"][BASELINE]["seconds"] / row["seconds"], 2)
+            for clock in ("wall", "cpu"):
+                row[f"{clock}_speedup"] = round(
+                    results["rows"][BASELINE][f"{clock}_seconds"] / row[f"{clock}_seconds"], 2
+                )
             row["identical_to_pipeline"] = sum(a == b for a, b in zip(texts, outputs[BASELINE]))
     if REFERENCE in results["rows"]:
         for row in results["rows"].values():
@@ -170,16 +190,26 @@ def main(argv=None):
     return results
 
 
+def _repeats(results: dict) -> int:
+    return len(next(iter(results["rows"].values()))["runs"])
+
+
 def format_table(results: dict) -> str:
+    """Markdown: sentences/s by wall clock and by the processes' CPU time (which another user of a shared machine
+    cannot stretch), speed-ups over the pipeline loop, identical lines and BLEU."""
     out = [
-        f"{results['lines']} lines, {results['cpu']} ({results['cpu_count']} CPUs)",
+        f"{results['lines']} lines; {results['cpu']}, {results['cpu_count']} CPUs, {results['threads'] or 'default'} "
+        f"thread(s) per process; median of {_repeats(results)} run(s) each; load average "
+        f"{results['load_average_before']:.1f} before the run",
         "",
-        "| system | sentences/s | speed-up | lines identical to the pipeline loop | BLEU | BLEU change |",
-        "|---|---|---|---|---|---|",
+        "| system | sentences/s (wall) | speed-up (wall) | sentences/s (CPU time) | speed-up (CPU time) "
+        "| lines identical to the pipeline loop | BLEU | BLEU change |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for system, row in results["rows"].items():
-        cells = [SYSTEMS[system], row["sentences_per_s"], row.get("speedup", ""), row.get("identical_to_pipeline", "")]
-        cells += [row["bleu"], f"{row['bleu_change']:+.2f}" if "bleu_change" in row else ""]
+        cells = [SYSTEMS[system], row["sentences_per_wall_s"], row.get("wall_speedup", ""), row["sentences_per_cpu_s"]]
+        cells += [row.get("cpu_speedup", ""), row.get("identical_to_pipeline", ""), row["bleu"]]
+        cells.append(f"{row['bleu_change']:+.2f}" if "bleu_change" in row else "")
         out.append("| " + " | ".join(str(c) for c in cells) + " |")
     return "\n".join(out)
 
