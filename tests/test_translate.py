@@ -181,7 +181,9 @@ def test_jsonl_and_fairseq_formats_carry_the_n_best_with_scores(model_dir, tmp_p
     )
 
 
-def test_each_sentence_gets_its_own_length_limit_and_hitting_it_is_reported(model_dir, model_and_tokenizer, tmp_path):
+def test_each_sentence_gets_its_own_length_limit_and_hitting_it_is_reported(
+    model_dir, model_and_tokenizer, tmp_path, caplog, capsys
+):
     model, tokenizer = model_and_tokenizer
     translator = load_translator(str(model_dir), device="cpu", max_len_a=0.8, max_len_b=1)
     lines = [line for line in LINES if line.strip()]
@@ -198,8 +200,11 @@ def test_each_sentence_gets_its_own_length_limit_and_hitting_it_is_reported(mode
         limited += h.reached_length_limit
     assert 0 < limited < len(lines)
     source = write_lines(tmp_path / "in.de", lines)
+    capsys.readouterr()
     stats = translate_file([str(source)], str(tmp_path / "out.en"), translator, quiet=True)
     assert stats.reached_length_limit == limited and stats.lines == len(lines)
+    assert f"{limited} hypothesis(es) stopped at the length limit" in caplog.text
+    assert capsys.readouterr().err == ""  # quiet: no progress bar
     with pytest.raises(ValueError, match="at least 1"):
         Translator(translator.backend, max_len_a=0.0, max_len_b=0).limit(5)
 
