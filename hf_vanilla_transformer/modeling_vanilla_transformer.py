@@ -585,11 +585,14 @@ class VanillaTransformerDecoder(VanillaTransformerStack):
         no_past = isinstance(past_length, int) and past_length == 0  # a static cache's length is a tensor
         if no_past:
             attention_mask = padding.attention_mask  # known already: no synchronisation to find out
+        cache = getattr(past_key_values, "self_attention_cache", past_key_values)
+        if attention_mask is None and hidden_states.shape[1] == 1 and not getattr(cache, "is_compileable", False):
+            return None  # one new token may see every cached one (a static cache would also hold empty slots)
         return create_causal_mask(
             config=self.config,
             inputs_embeds=hidden_states,
             attention_mask=attention_mask,
-            past_key_values=getattr(past_key_values, "self_attention_cache", past_key_values),
+            past_key_values=cache,
             allow_is_causal_skip=attention_mask is None or not no_past,
         )
 
