@@ -166,9 +166,9 @@ class TrainingProgressCallback(TrainerCallback):
 
     def total_steps(self, state) -> int:
         """The step training will stop at: `max_steps`, or the last step that fits in the time budget."""
-        done, elapsed = state.global_step - self.first_step, time.monotonic() - self.start
-        if not self.budget or done == 0:
+        if not self.budget or state.global_step == self.first_step:
             return state.max_steps
+        done, elapsed = state.global_step - self.first_step, time.monotonic() - self.start
         return min(state.max_steps, max(state.global_step, self.first_step + int(done * self.budget / elapsed)))
 
     def on_step_end(self, args, state, control, **kwargs):
