@@ -203,6 +203,10 @@ class VanillaTransformerConfig(PreTrainedConfig):
             raise ValueError(f"`size` must be one of {sorted(PAPER_PRESETS)}, got {size!r}.")
         return cls(**{**PAPER_PRESETS[size], **kwargs})
 
+    def paper_generation_config(self, **kwargs) -> GenerationConfig:
+        """[`paper_generation_config`] for this config."""
+        return paper_generation_config(self, **kwargs)
+
     @classmethod
     def from_dict(cls, config_dict: dict, **kwargs) -> "VanillaTransformerConfig":
         # Saved folders name their translation pipeline in `custom_pipelines`, the code that processes without this

@@ -174,10 +174,9 @@ class TrainingProgressCallback(TrainerCallback):
     def on_step_end(self, args, state, control, **kwargs):
         if self.budget:
             out_of_time = torch.tensor(float(time.monotonic() - self.start >= self.budget), device=args.device)
+            # Every process must stop after the same step, or DDP hangs.
             if torch.distributed.is_available() and torch.distributed.is_initialized():
-                torch.distributed.broadcast(
-                    out_of_time, src=0
-                )  # every process stops after the same step, or DDP hangs
+                torch.distributed.broadcast(out_of_time, src=0)
             if out_of_time.item():
                 control.should_training_stop = control.should_save = True
             elif self.bar is not None and self.bar.training_bar is not None:

@@ -29,7 +29,7 @@ from transformers import (
     set_seed,
 )
 
-from hf_vanilla_transformer import TranslationPipeline, paper_generation_config
+from hf_vanilla_transformer import TranslationPipeline, VanillaTransformerConfig, paper_generation_config
 from hf_vanilla_transformer.configuration_vanilla_transformer import PAPER_PRESETS
 from hf_vanilla_transformer.data import BUNDLED_ATTRIBUTION, BUNDLED_NAME, load_parallel_corpus, tokenize_corpus
 from hf_vanilla_transformer.errors import InputError, exit_on_input_error
@@ -239,7 +239,7 @@ def build_model(model_args, tokenizer):
         max_position_embeddings=model_args.max_position_embeddings,
     )
     if model_args.architecture == "vanilla":
-        fields.update(norm_first=model_args.norm_first, label_smoothing=model_args.label_smoothing)
+        fields["norm_first"] = model_args.norm_first
     try:
         config = model_config_for(model_args.architecture, **sizes, **fields)
     except ValueError as error:  # sizes that do not fit together, named by the configuration
@@ -270,14 +270,15 @@ def main(argv=None):
         data_args.test_file,
     )
     if "validation" not in corpus and training_args.eval_strategy != "no":
-        logger.info("No validation split: evaluating only on the test split, after training.")
+        logger.info("No validation split: no evaluation during training.")
         training_args.eval_strategy = "no"
     tokenizer = build_tokenizer(model_args, data_args, corpus, resume_from)
     model = build_model(model_args, tokenizer)
     if training_args.label_smoothing_factor:
         raise InputError("Set label smoothing with --label_smoothing (it is stored in the model's config).")
-    if model_args.architecture == "marian" and not model_args.model_name_or_path:
-        # MarianMT has no such setting: transformers' LabelSmoother applies the same epsilon outside the model.
+    if isinstance(model.config, VanillaTransformerConfig):
+        model.config.label_smoothing = model_args.label_smoothing
+    else:  # MarianMT has no such setting: transformers' LabelSmoother applies the same epsilon outside the model
         training_args.label_smoothing_factor = model_args.label_smoothing
     model.generation_config = paper_generation_config(model.config)
     if recipe_args.noam_learning_rate:

@@ -263,6 +263,8 @@ def test_training_overfits_a_few_pairs_and_the_folder_is_ready_to_share(pairs_fi
     } <= files
     generation_config = json.loads((out / "generation_config.json").read_text())
     assert (generation_config["num_beams"], generation_config["length_penalty"]) == (4, 0.6)
+    # No fixed length (evaluation must not leave transformers' max_length=20 there): limits follow the source.
+    assert "max_length" not in generation_config and "max_new_tokens" not in generation_config
 
     tokenizer = AutoTokenizer.from_pretrained(out)
     model = AutoModelForSeq2SeqLM.from_pretrained(out).eval()
