@@ -42,7 +42,8 @@ from torch import nn
 from transformers import MarianConfig, MarianMTModel
 from transformers.trainer_pt_utils import LabelSmoother
 
-from hf_vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
+from hf_vanilla_transformer import VanillaTransformerForConditionalGeneration
+from hf_vanilla_transformer.sizes import expand_sizes, model_config_for
 
 
 SIZES = {
@@ -128,29 +129,20 @@ def causal_mask(length: int, device) -> torch.Tensor:
 
 
 def marian_config(size: str) -> MarianConfig:
-    """MarianMTModel with our architecture: static sinusoidal positions, post-norm, ReLU, shared and tied embeddings
-    scaled by sqrt(d_model), no forced EOS."""
+    """MarianMTModel with our architecture (`model_config_for("marian")`), at the benchmark's size."""
+    return model_config_for("marian", **size_fields(size), max_position_embeddings=256, dropout=0.1)
+
+
+def size_fields(size: str) -> dict:
+    """Sizes, vocabulary and special tokens of the benchmark's models."""
     s = SIZES[size]
-    return MarianConfig(
+    return dict(
+        **expand_sizes(s["d_model"], s["layers"], s["heads"], s["ffn"]),
         vocab_size=s["vocab_size"],
-        d_model=s["d_model"],
-        encoder_layers=s["layers"],
-        decoder_layers=s["layers"],
-        encoder_attention_heads=s["heads"],
-        decoder_attention_heads=s["heads"],
-        encoder_ffn_dim=s["ffn"],
-        decoder_ffn_dim=s["ffn"],
-        max_position_embeddings=256,
-        activation_function="relu",
-        scale_embedding=True,
-        share_encoder_decoder_embeddings=True,
-        tie_word_embeddings=True,
         pad_token_id=PAD,
         eos_token_id=EOS,
         bos_token_id=BOS,
         decoder_start_token_id=BOS,
-        forced_eos_token_id=None,
-        dropout=0.1,
     )
 
 
@@ -162,18 +154,7 @@ def build_model(system: str, size: str, seed: int = SEED) -> nn.Module:
     family, attn_implementation = system.split("-")
     if family == "marian":
         return MarianMTModel._from_config(marian_config(size), attn_implementation=attn_implementation)
-    config = VanillaTransformerConfig(
-        vocab_size=s["vocab_size"],
-        d_model=s["d_model"],
-        encoder_layers=s["layers"],
-        decoder_layers=s["layers"],
-        encoder_attention_heads=s["heads"],
-        decoder_attention_heads=s["heads"],
-        encoder_ffn_dim=s["ffn"],
-        decoder_ffn_dim=s["ffn"],
-        dropout=0.1,
-        label_smoothing=LABEL_SMOOTHING,
-    )
+    config = model_config_for("vanilla", **size_fields(size), dropout=0.1, label_smoothing=LABEL_SMOOTHING)
     return VanillaTransformerForConditionalGeneration._from_config(config, attn_implementation=attn_implementation)
 
 
@@ -471,7 +452,7 @@ def label(system: str, ct2: dict) -> str:
 
 
 def check_targets(rows: list[dict], precision: str, ct2: dict) -> list[dict]:
-    """The issue's targets, from the ratios ours (sdpa) / other system of this run at the result precision."""
+    """The project's targets, from the ratios ours (sdpa) / other system of this run at the result precision."""
     by_key = {(r["size"], r["system"]): r for r in rows if r["precision"] == precision}
     sizes = list(dict.fromkeys(size for size, _ in by_key))
     marian = TORCH_SYSTEMS[REFERENCE]
