@@ -723,6 +723,14 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
     def prepare_decoder_input_ids_from_labels(self, labels: torch.Tensor) -> torch.Tensor:
         return shift_tokens_right(labels, self.config.pad_token_id, self.config.decoder_start_token_id)
 
+    def _prepare_generated_length(self, generation_config, has_default_max_length, *args, **kwargs):
+        input_ids_length, inputs_tensor = kwargs["input_ids_length"], kwargs["inputs_tensor"]
+        if has_default_max_length and generation_config.max_new_tokens is None and inputs_tensor is not None:
+            # The paper's length limit (section 6.1), source length + 50, rather than transformers' fixed 20 tokens.
+            capacity = self.config.max_position_embeddings - input_ids_length
+            generation_config.max_new_tokens = min(inputs_tensor.shape[1] + 50, capacity)
+        return super()._prepare_generated_length(generation_config, has_default_max_length, *args, **kwargs)
+
     def _validate_generated_length(self, generation_config, input_ids_length, has_default_max_length):
         super()._validate_generated_length(generation_config, input_ids_length, has_default_max_length)
         # Fail before decoding rather than after generating max_position_embeddings tokens.
