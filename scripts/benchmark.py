@@ -10,7 +10,8 @@ Every system has the same architecture and size, is randomly initialised (seeded
 - generation: 64 sources of 20-30 tokens in batches of 16, exactly 30 new tokens (EOS disabled), greedy and beam-4, in
   generated tokens per second (CTranslate2 generates only; nn.Transformer has no beam search).
 CTranslate2 runs the MarianMTModel converted by its own converter, and our model exported by `export_ctranslate2`
-("this package via CTranslate2"), same size and workload.
+("this package via CTranslate2"), same size and workload. "this package via ONNX Runtime" is our model exported by
+`export_onnx` (float32 and dynamic int8 graphs) decoded greedily by `onnx_runtime.OnnxSeq2SeqLM`.
 Every measurement runs in a fresh process, after an untimed warm-up step or batch: peak training memory is that
 process's VmHWM (on a GPU: torch.cuda.max_memory_allocated), and CTranslate2 never shares a process with torch.
 Systems alternate within each repeat (the order rotates between repeats); medians are reported. Ratios to MarianMTModel (sdpa) at
@@ -432,12 +433,47 @@ def ct2_systems(device: str) -> dict:
     }
 
 
+def export_ours_for_onnx(size: str, output_dir: str) -> str:
+    """Our model of the benchmark (same seed, same weights), exported by `export_onnx` with its int8 graphs."""
+    from hf_vanilla_transformer.export_onnx import export_onnx
+
+    quiet()
+    with tempfile.TemporaryDirectory() as model_dir:
+        build_model("ours-sdpa", size).save_pretrained(model_dir)
+        return str(export_onnx(model_dir, output_dir, quantize=True, model_type="vanilla_transformer"))
+
+
+def measure_onnx(onnx_dir: str, quantized: bool, threads: int, workload: dict) -> dict:
+    """Seconds of greedy generation by the package's ONNX Runtime loop (`OnnxSeq2SeqLM`; it has no beam search)."""
+    from hf_vanilla_transformer.onnx_runtime import OnnxSeq2SeqLM
+
+    model = OnnxSeq2SeqLM(onnx_dir, quantized, num_threads=threads)
+    sources = [workload["sources"][i : i + GENERATION_BATCH] for i in range(0, SOURCES, GENERATION_BATCH)]
+    batches = [(pad(s, PAD, "cpu").numpy(), pad([[1] * len(x) for x in s], 0, "cpu").numpy()) for s in sources]
+
+    def greedy(batch):
+        return model.generate(*batch, max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS)
+
+    greedy(batches[0])  # warm-up
+    seconds, outputs = timed(lambda: [greedy(batch) for batch in batches], "cpu")
+    assert all(o.shape[1] == 1 + NEW_TOKENS for o in outputs), f"ONNX Runtime did not generate {NEW_TOKENS} tokens"
+    return {"greedy": seconds}
+
+
+def onnx_systems(device: str) -> dict:
+    """ONNX Runtime system -> whether it runs the int8 graphs; none when onnxruntime is missing or on a GPU."""
+    if device != "cpu" or importlib.util.find_spec("onnxruntime") is None:
+        print("Skipping the ONNX Runtime rows (CPU only; pip install -e .[export]).")
+        return {}
+    return {"onnx-float32": False, "onnx-int8": True}
+
+
 # ---------------------------------------------------------------------------------------------------- the run
 
 
 def run(sizes: list[str], precisions: list[str], device: str, threads: int, repeats: int) -> dict:
     """Every measurement of every size, systems alternating within each repeat (order rotated between repeats)."""
-    ct2 = ct2_systems(device)
+    ct2, onnx = ct2_systems(device), onnx_systems(device)
     samples, peaks = {}, {}
     for size in sizes:
         workload = make_workload(SIZES[size]["vocab_size"])
@@ -450,8 +486,9 @@ def run(sizes: list[str], precisions: list[str], device: str, threads: int, repe
                 if ct2
                 else {}
             )
+            onnx_dir = in_fresh_process(export_ours_for_onnx, size, os.path.join(tmp, "onnx")) if onnx else None
             jobs = [("matmul", None)] + [(system, p) for p in precisions for system in TORCH_SYSTEMS]
-            jobs += [(system, precisions[0]) for system in ct2]
+            jobs += [(system, precisions[0]) for system in [*ct2, *onnx]]
             for r in range(repeats):
                 for system, precision in jobs[r % len(jobs) :] + jobs[: r % len(jobs)]:
                     start = time.perf_counter()
@@ -462,6 +499,8 @@ def run(sizes: list[str], precisions: list[str], device: str, threads: int, repe
                     if system in ct2:
                         model_dir = ct2_dirs["ct2-ours" if system.startswith("ct2-ours") else "ct2"]
                         result = measure_ct2(model_dir, ct2[system], device, threads, workload)
+                    elif system in onnx:
+                        result = in_fresh_process(measure_onnx, onnx_dir, onnx[system], threads, workload)
                     else:
                         result = in_fresh_process(measure_torch, system, size, precision, device, threads, workload)
                     for metric, value in result.items():
@@ -501,6 +540,8 @@ def summarize(measured: dict, sizes: list[str]) -> list[dict]:
 def label(system: str, ct2: dict) -> str:
     if system.startswith("ct2-ours"):
         return f"this package via CTranslate2 {ct2[system]}"
+    if system.startswith("onnx-"):
+        return f"this package via ONNX Runtime {system.removeprefix('onnx-')}"
     return TORCH_SYSTEMS.get(system) or f"CTranslate2 {ct2[system]}"
 
 

@@ -20,6 +20,7 @@ import benchmark  # noqa: E402
 
 
 HAS_CT2 = importlib.util.find_spec("ctranslate2") is not None
+HAS_ONNXRUNTIME = importlib.util.find_spec("onnxruntime") is not None
 
 
 def tiny_batch(index=0):
@@ -213,11 +214,12 @@ def test_cli_end_to_end(tmp_path):
     assert (tmp_path / "r.png").stat().st_size > 0
     rows = {row["system"]: row for row in summary["rows"]}
     ct2 = {"ct2-float32", "ct2-int8", "ct2-ours-float32", "ct2-ours-int8"}
-    expected = set(benchmark.TORCH_SYSTEMS) | (ct2 if HAS_CT2 else set())
+    onnx = {"onnx-float32", "onnx-int8"}
+    expected = set(benchmark.TORCH_SYSTEMS) | (ct2 if HAS_CT2 else set()) | (onnx if HAS_ONNXRUNTIME else set())
     assert set(rows) == expected
     for system, row in rows.items():
         assert row["greedy_tokens_per_s"] > 0
-        assert ("beam4_tokens_per_s" in row) == (system != "nn-transformer")
+        assert ("beam4_tokens_per_s" in row) == (system not in {"nn-transformer", *onnx})
         assert ("train_tokens_per_s" in row) == system.startswith(("ours", "marian", "nn"))
     assert rows["marian-sdpa"]["vs_marian"]["train_tokens_per_s"] == 1.0
     assert 0 < rows["ours-sdpa"]["train_peak_fraction"] < 1 and rows["ours-sdpa"]["train_peak_mb"] > 100
