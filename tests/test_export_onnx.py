@@ -69,7 +69,7 @@ def post_norm(tmp_path_factory):
 def pre_norm(tmp_path_factory):
     """(model, ONNX folder): a pre-norm model, exported with this package's config through the command line."""
     folder = tmp_path_factory.mktemp("pre_norm")
-    model = train(folder / "model", norm_first=True)
+    model = train(folder / "model", norm_first=True, encoder_layers=1, decoder_layers=1)
     argv = ["onnx", "--model_dir", str(folder / "model"), "--output_dir", str(folder / "onnx")]
     return model, export.main([*argv, "--model_type", "vanilla_transformer"])
 
