@@ -6,6 +6,7 @@ token) and exported once each: the paper's post-norm model in the default (Maria
 pre-norm model in this package's layout through the command line.
 """
 
+import json
 import shutil
 import sys
 from pathlib import Path
@@ -27,6 +28,7 @@ from .tiny_tokenizer import SENTENCES, tiny_tokenizer
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
 import export  # noqa: E402
+import onnx_parity  # noqa: E402
 
 
 pytestmark = pytest.mark.slow
@@ -254,3 +256,22 @@ def test_refusals_name_the_setting(pre_norm, tmp_path, capsys):
         OnnxSeq2SeqLM(folder, quantized=True)
     with pytest.raises(ValueError, match="`attention_mask` must have the shape of `input_ids`"):
         OnnxSeq2SeqLM(folder).generate(np.ones((2, 3)), np.ones((2, 4)))
+
+
+def test_parity_script_on_a_test_file(post_norm, tmp_path, capsys):
+    _, folder = post_norm
+    test_file = tmp_path / "test.jsonl"
+    test_file.write_text(
+        "".join(json.dumps({"translation": {"de": s, "en": t}}) + "\n" for s, t in zip(SOURCES, TARGETS))
+    )
+    argv = ["--model_dir", str(folder.parent / "model"), "--onnx_dir", str(folder), "--test_file", str(test_file)]
+    tables = onnx_parity.main([*argv, "--js_sentences", "2" if shutil.which("node") else "0"])
+    rows = {row["engine"]: row for table in tables for row in table}
+    assert {"ONNX Runtime float32", "ONNX Runtime int8"} <= set(rows)
+    assert rows["ONNX Runtime float32"]["identical"] == 1.0 and rows["ONNX Runtime float32"]["sentences"] == 6
+    assert rows["this package (PyTorch)"]["bleu"] == pytest.approx(100)
+    if shutil.which("node"):
+        assert (
+            rows["transformers.js float32"]["identical"] == 1.0 and rows["transformers.js float32"]["sentences"] == 2
+        )
+    assert "| greedy | ONNX Runtime float32 | 100.0% |" in capsys.readouterr().out
