@@ -53,7 +53,10 @@ def onnx_parity_tables(
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     bleu = evaluate.load(BLEU_CHRF_PATH)
     greedy = GenerationConfig.from_dict({**model.generation_config.to_dict(), "num_beams": 1})
-    max_new_tokens = greedy.max_new_tokens or greedy.max_length - 1  # max_length counts the decoder start token
+    # One length budget for every engine: the model's (max_length counts the decoder start token), else its limit.
+    max_length = greedy.max_length or model.config.max_position_embeddings
+    greedy.max_new_tokens, greedy.max_length = greedy.max_new_tokens or max_length - 1, None
+    max_new_tokens = greedy.max_new_tokens
 
     def row(engine: str, ids: list[list[int]], ours: list[list[int]], count: int) -> dict:
         def score(rows):
