@@ -45,6 +45,7 @@ from transformers.utils.generic import merge_with_config_defaults
 from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
 from .configuration_vanilla_transformer import VanillaTransformerConfig
+from .pipeline_translation import CUSTOM_PIPELINES  # imported, so that remote code ships the pipeline file too
 
 
 logger = logging.get_logger(__name__)
@@ -355,10 +356,6 @@ class VanillaTransformerPreTrainedModel(PreTrainedModel):
             ) from error
 
     def save_pretrained(self, save_directory, *args, **kwargs):
-        # Imported here so that transformers copies the pipeline file with this one, when saving and when loading
-        # remote code: it looks for relative imports in the file's text.
-        from .pipeline_translation import CUSTOM_PIPELINES
-
         if self._auto_class in ("AutoModel", "AutoModelForSeq2SeqLM"):
             # transformers copies the code files and maps only the saved class. Map both encoder-decoder classes, so
             # that AutoModel and AutoModelForSeq2SeqLM load the folder as remote code whichever of them saved it, and
@@ -704,7 +701,13 @@ class VanillaTransformerModel(VanillaTransformerPreTrainedModel):
 
 
 class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedModel, GenerationMixin):
-    """[`VanillaTransformerModel`] plus the output projection tied to the shared embeddings, a loss and `generate()`."""
+    """[`VanillaTransformerModel`] plus the output projection tied to the shared embeddings, a loss and `generate()`.
+
+    `labels` (b, t) are the target ids, -100 where there is no target; without `decoder_input_ids` the decoder reads
+    them shifted right behind `decoder_start_token_id`. The loss is label smoothed by `config.label_smoothing`. In
+    training mode the decoder skips the positions after each row's last target (unless `decoder_attention_mask` says
+    otherwise) and only real target positions are projected to the vocabulary: the logits of the others are 0.
+    """
 
     _tied_weights_keys = {"lm_head.weight": "model.shared.weight"}
 
@@ -756,14 +759,6 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
         use_cache: bool | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> Seq2SeqLMOutput:
-        r"""
-        labels (`torch.LongTensor` of shape `(batch_size, target_length)`, *optional*):
-            Target token ids; -100 marks positions without a target. Without `decoder_input_ids`, the decoder reads the
-            labels shifted right behind `decoder_start_token_id`. The loss is label smoothed by
-            `config.label_smoothing`. In training mode, the decoder skips the positions after each row's last target
-            (unless `decoder_attention_mask` says otherwise) and only real target positions are projected to the
-            vocabulary: the logits of the others are 0.
-        """
         num_items_in_batch = kwargs.pop("num_items_in_batch", None)
         target_padding = None
         if labels is not None:
@@ -799,17 +794,8 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
             logits = self.lm_head(hidden_states)  # (b, t, v)
             if labels is not None:
                 loss = token_cross_entropy(logits, labels, num_items_in_batch, self.config)
-        return Seq2SeqLMOutput(
-            loss=loss,
-            logits=logits,
-            past_key_values=outputs.past_key_values,
-            decoder_hidden_states=outputs.decoder_hidden_states,
-            decoder_attentions=outputs.decoder_attentions,
-            cross_attentions=outputs.cross_attentions,
-            encoder_last_hidden_state=outputs.encoder_last_hidden_state,
-            encoder_hidden_states=outputs.encoder_hidden_states,
-            encoder_attentions=outputs.encoder_attentions,
-        )
+        other_outputs = {name: value for name, value in outputs.items() if name != "last_hidden_state"}
+        return Seq2SeqLMOutput(loss=loss, logits=logits, **other_outputs)
 
 
 class VanillaTransformerForCausalLM(VanillaTransformerPreTrainedModel, GenerationMixin):
