@@ -84,8 +84,20 @@ def build_demo(model_dir: str, examples: list[str] | None = None, title: str | N
     model = AutoModelForSeq2SeqLM.from_pretrained(model_dir).eval()
     max_tokens = max_source_tokens(model, tokenizer)
     default_beams = min(model.generation_config.num_beams or 1, MAX_BEAMS)
-    layers = [AVERAGE] + [str(i + 1) for i in range(model.config.decoder_layers)]
-    heads = [AVERAGE] + [str(i + 1) for i in range(model.config.decoder_attention_heads)]
+    config = model.config
+    sizes = {
+        "encoder": (config.encoder_layers, config.encoder_attention_heads),
+        "decoder": (config.decoder_layers, config.decoder_attention_heads),
+        "cross": (config.decoder_layers, config.decoder_attention_heads),
+    }
+
+    def choices(kind: str) -> tuple[list[str], list[str]]:
+        return tuple([AVERAGE] + [str(i + 1) for i in range(size)] for size in sizes[kind])
+
+    def select_kind(kind_label):
+        layers, heads = choices(KIND_LABELS[kind_label])
+        return gr.Dropdown(choices=layers, value=AVERAGE), gr.Dropdown(choices=heads, value=AVERAGE)
+
     title = title or f"Translate with {Path(str(model_dir)).name}"
 
     def translate(text, num_beams, n_best, kind_label, layer, head):
@@ -104,33 +116,37 @@ def build_demo(model_dir: str, examples: list[str] | None = None, title: str | N
         alternatives = "\n".join(f"{rank}. {candidate}" for rank, candidate in enumerate(maps.n_best, 1))
         return maps.translation, alternatives, heatmap_image(maps, kind_label, layer, head), maps, note
 
-    # Layer and head switches redraw the stored maps; the model is not run again.
     with gr.Blocks(title=title) as demo:
-        gr.Markdown(f"# {title}\nGerman in, English out, with the cross-attention of the translation.")
+        gr.Markdown(f"# {title}\nGerman in, English out, with the attention behind each translation.")
         maps_state = gr.State(None)
         with gr.Row():
             with gr.Column():
-                source = gr.Textbox(label="German", lines=3, elem_id="source", placeholder="Wo ist der Bahnhof?")
+                source = gr.Textbox(label="German", lines=3, elem_id="source", placeholder=EXAMPLES[0])
                 with gr.Row():
                     num_beams = gr.Slider(1, MAX_BEAMS, value=default_beams, step=1, label="beam size")
                     n_best = gr.Slider(1, MAX_BEAMS, value=1, step=1, label="n-best")
                 button = gr.Button("Translate", variant="primary", elem_id="translate")
                 message = gr.Markdown(elem_id="message")
+                target = gr.Textbox(label="English", lines=2, elem_id="target", interactive=False)
+                alternatives = gr.Textbox(label="n-best", lines=2, elem_id="n_best", interactive=False)
                 gr.Examples(examples=[[e] for e in examples or EXAMPLES], inputs=[source], label="Examples")
             with gr.Column():
-                target = gr.Textbox(label="English", lines=3, elem_id="target", interactive=False)
-                alternatives = gr.Textbox(label="n-best", lines=3, elem_id="n_best", interactive=False)
-        with gr.Row():
-            kind = gr.Radio(list(KIND_LABELS), value="cross-attention", label="attention")
-            layer = gr.Dropdown(layers, value=AVERAGE, label="layer")
-            head = gr.Dropdown(heads, value=AVERAGE, label="head")
-        heatmap = gr.Image(label="attention", type="pil", elem_id="heatmap", interactive=False, format="png")
+                kind = gr.Radio(list(KIND_LABELS), value="cross-attention", label="attention")
+                with gr.Row():
+                    layer = gr.Dropdown(choices("cross")[0], value=AVERAGE, label="layer")
+                    head = gr.Dropdown(choices("cross")[1], value=AVERAGE, label="head")
+                heatmap = gr.Image(label="attention", type="pil", elem_id="heatmap", interactive=False, format="png")
 
         inputs = [source, num_beams, n_best, kind, layer, head]
         outputs = [target, alternatives, heatmap, maps_state, message]
         gr.on([button.click, source.submit], translate, inputs, outputs, api_name="translate", concurrency_id="model")
-        for control in (kind, layer, head):
-            control.change(heatmap_image, [maps_state, kind, layer, head], heatmap, api_visibility="private")
+        # Switching what to show redraws the stored maps; the model does not run again.
+        redraw = dict(
+            fn=heatmap_image, inputs=[maps_state, kind, layer, head], outputs=heatmap, api_visibility="private"
+        )
+        kind.change(select_kind, kind, [layer, head], api_visibility="private").then(**redraw)
+        layer.change(**redraw)
+        head.change(**redraw)
     demo.queue(default_concurrency_limit=1)
     return demo
 

@@ -6,7 +6,6 @@ The page itself, in a real browser, is tested in test_web_demo.py.
 import json
 import os
 import runpy
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -24,17 +23,12 @@ from gradio_client import Client  # noqa: E402
 from hf_vanilla_transformer.attention_maps import attention_maps  # noqa: E402
 from hf_vanilla_transformer.gradio_app import MAX_CHARACTERS, build_demo, heatmap_image, write_space  # noqa: E402
 
+from .browser import free_port  # noqa: E402
 from .tiny_translator import SENTENCES, one_thread, tiny_translator_dir  # noqa: E402
 
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULTS = ("cross-attention", "average", "average")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module", autouse=True)
