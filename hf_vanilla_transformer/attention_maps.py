@@ -110,8 +110,9 @@ def attention_maps(model, tokenizer, text: str, **generate_kwargs) -> AttentionM
     length, limit = inputs["input_ids"].shape[1], max_source_tokens(model, tokenizer)
     if length > limit:
         raise ValueError(f"`text` has {length} tokens but the model accepts at most {limit}: shorten it.")
-    if not {"max_length", "max_new_tokens"} & set(generate_kwargs) and model.generation_config.max_new_tokens is None:
-        # transformers' default max_length of 20 would cut longer translations short.
+    if not {"max_length", "max_new_tokens"} & {*model.generation_config.to_diff_dict(), *generate_kwargs}:
+        # Neither the call nor the model sets a length: transformers' default max_length of 20 would cut longer
+        # translations short.
         generate_kwargs["max_new_tokens"] = min(256, model.config.max_position_embeddings - 1)
 
     was_training = model.training

@@ -91,6 +91,19 @@ def test_beam_search_returns_the_n_best_and_maps_the_best(model, tokenizer):
     assert tokenizer.pad_token not in maps.target_tokens
 
 
+def test_generation_length_comes_from_the_call_then_the_model_then_the_position_limit(model, tokenizer):
+    assert len(attention_maps(model, tokenizer, TEXT, max_new_tokens=3).target_tokens) <= 3
+    unset, model.generation_config.max_length = model.generation_config.max_length, 5  # with the start token
+    try:
+        assert len(attention_maps(model, tokenizer, TEXT).target_tokens) <= 4
+    finally:
+        model.generation_config.max_length = unset
+    # Nothing set: not transformers' max_length of 20 but up to max_position_embeddings - 1 = 63 new tokens.
+    maps = attention_maps(model, tokenizer, TEXT)
+    assert len(maps.target_tokens) <= 63
+    assert len(maps.target_tokens) > 20 or maps.target_tokens[-1] == "</s>"
+
+
 def test_bad_text_and_bad_selections_are_clear_errors(model, tokenizer):
     with pytest.raises(TypeError, match="`text` must be a string, got int"):
         attention_maps(model, tokenizer, 42)
