@@ -187,13 +187,12 @@ def plot_attention(maps: AttentionMaps, kind: str = "cross", layer: int | None =
     """
     weights, queries, keys = maps.select(kind, layer, head)
     plt = _pyplot()
-    size = (max(3.5, 1.2 + 0.32 * len(keys)), max(2.8, 1.0 + 0.3 * len(queries)))
+    size = (max(4.0, 1.4 + 0.32 * len(keys)), max(3.0, 1.2 + 0.3 * len(queries)))
     fig, ax = plt.subplots(figsize=size, layout="constrained")
-    where = ", ".join(
-        "average over all " + name + "s" if index is None else f"{name} {index + 1}"
-        for name, index in (("layer", layer), ("head", head))
-    )
-    image = _draw(ax, weights, queries, keys, f"{ATTENTION_KINDS[kind][1]} ({where})")
+    chosen = [f"{name} {index + 1}" for name, index in (("layer", layer), ("head", head)) if index is not None]
+    averaged = [f"{name}s" for name, index in (("layer", layer), ("head", head)) if index is None]
+    where = ", ".join(chosen + ([f"averaged over {' and '.join(averaged)}"] if averaged else []))
+    image = _draw(ax, weights, queries, keys, f"{ATTENTION_KINDS[kind][1]}\n{where}")
     ax.set_ylabel(ATTENTION_KINDS[kind][4][0], fontsize=8)
     ax.set_xlabel(ATTENTION_KINDS[kind][4][1], fontsize=8)
     fig.colorbar(image, ax=ax, shrink=0.8)

@@ -136,7 +136,11 @@ def test_plots_put_the_tokens_on_the_axes(model, tokenizer, tmp_path):
     ax = fig.axes[0]
     assert [label.get_text() for label in ax.get_xticklabels()] == maps.source_tokens
     assert [label.get_text() for label in ax.get_yticklabels()] == maps.target_tokens
-    assert ax.get_title() == "cross-attention (layer 2, head 1)"
+    assert ax.get_title() == "cross-attention\nlayer 2, head 1"
+    assert (
+        plot_attention(maps, "encoder", head=2).axes[0].get_title()
+        == "encoder self-attention\nhead 3, averaged over layers"
+    )
     save_figure(fig, tmp_path / "one.png")
     grid = plot_attention_grid(maps, "encoder")
     assert len([ax for ax in grid.axes if ax.images]) == 2 * 4  # layers x heads
