@@ -123,8 +123,10 @@ def build_demo(model_dir: str, examples: list[str] | None = None, title: str | N
             with gr.Column():
                 source = gr.Textbox(label="German", lines=3, elem_id="source", placeholder=EXAMPLES[0])
                 with gr.Row():
-                    num_beams = gr.Slider(1, MAX_BEAMS, value=default_beams, step=1, label="beam size")
-                    n_best = gr.Slider(1, MAX_BEAMS, value=1, step=1, label="n-best")
+                    num_beams = gr.Slider(
+                        1, MAX_BEAMS, value=default_beams, step=1, label="beam size", elem_id="num_beams"
+                    )
+                    n_best = gr.Slider(1, MAX_BEAMS, value=1, step=1, label="n-best", elem_id="num_return_sequences")
                 button = gr.Button("Translate", variant="primary", elem_id="translate")
                 message = gr.Markdown(elem_id="message")
                 target = gr.Textbox(label="English", lines=2, elem_id="target", interactive=False)

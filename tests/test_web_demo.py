@@ -125,6 +125,16 @@ def test_static_page_translates_like_pytorch_greedy_from_local_files_only(browse
     assert browser.find_element(By.TAG_NAME, "body").get_attribute("data-state") == "ready", browser.find_element(
         By.ID, "status"
     ).text
+    # The page's tokenizer (transformers.js) splits like the Rust one; the undertrained model alone would not show it.
+    browser_ids = browser.execute_async_script(
+        """const [texts, done] = arguments;
+        import('@huggingface/transformers').then(async ({ AutoTokenizer }) => {
+          const tokenizer = await AutoTokenizer.from_pretrained('model');
+          done(texts.map((text) => tokenizer.encode(text)));
+        });""",
+        STATIC_PAGE_SENTENCES,
+    )
+    assert browser_ids == tokenizer(STATIC_PAGE_SENTENCES)["input_ids"]
     source, target = browser.find_element(By.ID, "source"), browser.find_element(By.ID, "target")
     for text in STATIC_PAGE_SENTENCES:
         inputs = tokenizer(text, return_tensors="pt", return_token_type_ids=False)
