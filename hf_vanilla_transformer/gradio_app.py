@@ -15,18 +15,9 @@ from importlib import metadata
 from pathlib import Path
 
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
-from transformers.utils import logging
 
-from .attention_maps import (
-    AttentionMaps,
-    attention_maps,
-    max_source_tokens,
-    plot_attention,
-    save_figure,
-)
+from .attention_maps import AttentionMaps, attention_maps, max_source_tokens, plot_attention, save_figure
 
-
-logger = logging.get_logger(__name__)
 
 EXAMPLES = [
     "Wo ist der Bahnhof?",

@@ -34,8 +34,11 @@ FLAGS = [
 ]
 
 
+BROWSERS = ["chromium", "chromium-browser", "google-chrome", "google-chrome-stable"]
+
+
 def _binaries():
-    return shutil.which("chromium") or shutil.which("chromium-browser"), shutil.which("chromedriver")
+    return next(filter(None, map(shutil.which, BROWSERS)), None), shutil.which("chromedriver")
 
 
 def _apt_get_install() -> str | None:
@@ -76,9 +79,10 @@ def require_chromium() -> tuple[str, str]:
     browser, driver, problem = chromium()
     if problem:
         pytest.skip(
-            f"Chromium and chromedriver are not installed and could not be installed here ({problem}). On Debian or "
-            "Ubuntu: `sudo apt-get install chromium chromium-driver` (Debian) or `chromium-browser "
-            "chromium-chromedriver` (Ubuntu); elsewhere install Chromium or Chrome and the matching chromedriver."
+            f"Chromium and chromedriver are not installed and could not be installed here ({problem}). Debian: "
+            "`sudo apt-get install chromium chromium-driver`; Ubuntu: `sudo apt-get install chromium-browser "
+            f"chromium-chromedriver`; elsewhere put Chromium or Chrome ({', '.join(BROWSERS)}) and the matching "
+            "chromedriver on the PATH."
         )
     return browser, driver
 
