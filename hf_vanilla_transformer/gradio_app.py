@@ -204,9 +204,13 @@ def write_space(model_dir: str, output_dir: str, hub_id: str | None = None, titl
     package = Path(__file__).parent
     shutil.copytree(package, output / package.name, ignore=shutil.ignore_patterns("__pycache__", "data", "*.pyc"))
     (output / "app.py").write_text(SPACE_APP.format(model=model), encoding="utf-8")
+
     # Gradio itself comes from the README's sdk_version; these are what the package needs to run the model.
-    requirements = [f"{name}=={metadata.version(name)}" for name in ("torch", "transformers", "tokenizers")]
-    requirements += [f"{name}>={metadata.version(name)}" for name in ("safetensors", "matplotlib")]
+    def version(name):  # without a local label such as "+cpu", which PyPI does not serve
+        return metadata.version(name).split("+")[0]
+
+    requirements = [f"{name}=={version(name)}" for name in ("torch", "transformers", "tokenizers")]
+    requirements += [f"{name}>={version(name)}" for name in ("safetensors", "matplotlib")]
     (output / "requirements.txt").write_text("\n".join(requirements) + "\n", encoding="utf-8")
     title = title or "Vanilla Transformer translator"
     readme = SPACE_README.format(title=title, gradio_version=metadata.version("gradio"), where=where)

@@ -134,6 +134,7 @@ def test_write_space_with_the_model_files_runs_from_its_own_folder(model_dir, tm
     assert metadata["sdk_version"] == gradio.__version__
     requirements = (space / "requirements.txt").read_text().split()
     assert {line.split("=")[0].split(">")[0] for line in requirements} >= {"torch", "transformers", "matplotlib"}
+    assert not any("+" in line for line in requirements)  # no local versions such as torch==2.13.0+cpu
     # The Space imports the package copied next to app.py (sys.path[0]), not an installed one.
     check = (
         "import app, hf_vanilla_transformer, pathlib; "
