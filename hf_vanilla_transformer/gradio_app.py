@@ -145,8 +145,11 @@ def build_demo(model_dir: str, examples: list[str] | None = None, title: str | N
 
 
 def launch(model_dir: str, host: str = "127.0.0.1", port: int | None = None, **launch_kwargs):
-    """Serve the page on http://host:port (Gradio picks a free port from 7860 when `port` is None)."""
-    return build_demo(model_dir).launch(server_name=host, server_port=port, **launch_kwargs)
+    """Serve the page on http://host:port (Gradio picks a free port from 7860 when `port` is None) and return the
+    `gr.Blocks`; this blocks until the server stops unless `prevent_thread_lock=True` is passed."""
+    demo = build_demo(model_dir)
+    demo.launch(server_name=host, server_port=port, **launch_kwargs)
+    return demo
 
 
 SPACE_APP = """\

@@ -45,7 +45,7 @@ def build_web_demo(
 ) -> Path:
     """Write the no-server page for the trained model in `model_dir` into `output_dir` (created; must be empty).
 
-    `max_new_tokens` defaults to the model's generation config, else 128.
+    `max_new_tokens` defaults to the model's generation config (`max_new_tokens`, or `max_length` - 1), else 128.
     """
     model_dir, output = Path(model_dir), Path(output_dir)
     if not (model_dir / "config.json").is_file():
@@ -70,7 +70,8 @@ def build_web_demo(
 
     if max_new_tokens is None:
         generation = json.loads((output / "model" / "generation_config.json").read_text(encoding="utf-8"))
-        max_new_tokens = generation.get("max_new_tokens") or 128
+        # max_length counts the decoder start token.
+        max_new_tokens = generation.get("max_new_tokens") or (generation.get("max_length") or 129) - 1
     settings = {
         "title": title,
         "examples": examples or EXAMPLES,

@@ -20,6 +20,8 @@ def main(argv=None):
     parser.add_argument("--max_new_tokens", type=int, help="Generation length (default: the model's, else 128).")
     parser.add_argument("--title", default="German to English, in your browser")
     args = parser.parse_args(argv)
+    if args.max_new_tokens is not None and args.max_new_tokens < 1:
+        parser.error(f"--max_new_tokens must be at least 1, got {args.max_new_tokens}.")
     try:
         folder = build_web_demo(args.model_dir, args.output_dir, title=args.title, max_new_tokens=args.max_new_tokens)
     except (FileExistsError, FileNotFoundError) as error:

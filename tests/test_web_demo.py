@@ -53,10 +53,9 @@ def browser():
 
 @pytest.fixture(scope="module")
 def gradio_url(model_dir):
-    from hf_vanilla_transformer.gradio_app import build_demo
+    from hf_vanilla_transformer.gradio_app import launch
 
-    demo = build_demo(str(model_dir))
-    demo.launch(server_name="127.0.0.1", server_port=free_port(), prevent_thread_lock=True, quiet=True)
+    demo = launch(str(model_dir), port=free_port(), prevent_thread_lock=True, quiet=True)
     try:
         yield demo.local_url
     finally:
