@@ -149,7 +149,11 @@ def test_plots_put_the_tokens_on_the_axes(model, tokenizer, tmp_path):
 
 
 def test_plot_attention_script_writes_every_kind_per_head_and_averaged(model, tokenizer, tmp_path, capsys):
-    model.save_pretrained(tmp_path / "model")
+    unset, model.generation_config.max_new_tokens = model.generation_config.max_new_tokens, 6  # small pictures
+    try:
+        model.save_pretrained(tmp_path / "model")
+    finally:
+        model.generation_config.max_new_tokens = unset
     tokenizer.save_pretrained(tmp_path / "model")
     run_script(
         "plot_attention.py", "--model_dir", tmp_path / "model", "--text", TEXT, "--output_dir", tmp_path / "out"
