@@ -26,6 +26,7 @@ own folder: any model, for ONNX Runtime (`onnx_runtime.OnnxSeq2SeqLM`) and this 
 """
 
 import hashlib
+import warnings
 from pathlib import Path
 
 import onnx
@@ -94,16 +95,19 @@ def cache_names(prefix: str, num_layers: int, encoder: bool = True) -> list[str]
 
 
 def _trace(module: nn.Module, args: tuple, input_names, output_names, dynamic_shapes) -> onnx.ModelProto:
-    program = torch.onnx.export(
-        module,
-        args,
-        dynamo=True,
-        input_names=input_names,
-        output_names=output_names,
-        dynamic_shapes=dynamic_shapes,
-        opset_version=ONNX_OPSET,
-        verbose=False,
-    )
+    with warnings.catch_warnings():
+        # One per dimension shared by several inputs (the batch, the source length): only a note.
+        warnings.filterwarnings("ignore", message="# The axis name")
+        program = torch.onnx.export(
+            module,
+            args,
+            dynamo=True,
+            input_names=input_names,
+            output_names=output_names,
+            dynamic_shapes=dynamic_shapes,
+            opset_version=ONNX_OPSET,
+            verbose=False,
+        )
     return program.model_proto
 
 
@@ -116,10 +120,10 @@ def _export_graphs(model: VanillaTransformerForConditionalGeneration) -> tuple[o
     batch, source, target, past = 2, 5, 3, 4
     batch_dim, source_dim = torch.export.Dim(BATCH), torch.export.Dim(SOURCE)
     target_dim, past_dim = torch.export.Dim(TARGET), torch.export.Dim(PAST)
-    input_ids = torch.full((batch, source), config.eos_token_id, dtype=torch.long)
+    input_ids = torch.ones(batch, source, dtype=torch.long)  # the values do not matter to the trace
     attention_mask = torch.ones(batch, source, dtype=torch.long)
     encoder_hidden_states = torch.zeros(batch, source, config.d_model)
-    decoder_input_ids = torch.full((batch, target), config.decoder_start_token_id, dtype=torch.long)
+    decoder_input_ids = torch.ones(batch, target, dtype=torch.long)
     head_dim = config.d_model // heads
     past_key_values = [
         torch.zeros(batch, heads, past if ".decoder." in name else source, head_dim)

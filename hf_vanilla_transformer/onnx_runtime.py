@@ -8,13 +8,13 @@ per step, finished rows padded with the pad token.
 """
 
 import json
-import os
 import shutil
 import subprocess
 from pathlib import Path
 
 import numpy as np
 import onnxruntime
+from transformers import AutoTokenizer
 
 from .export_onnx import DECODER_FILE, ENCODER_FILE, QUANTIZED_SUFFIX
 
@@ -118,9 +118,8 @@ class OnnxSeq2SeqLM:
 
     @property
     def tokenizer(self):
+        """The folder's tokenizer, loaded on first use (a folder exported without one still decodes token ids)."""
         if self._tokenizer is None:
-            from transformers import AutoTokenizer
-
             self._tokenizer = AutoTokenizer.from_pretrained(self.folder)
         return self._tokenizer
 
@@ -136,20 +135,14 @@ class OnnxSeq2SeqLM:
         return translations
 
 
-def transformers_js_dir() -> Path:
-    """Where the pinned `@huggingface/transformers` is installed: `$HF_VANILLA_TRANSFORMER_NPM_DIR`, or a folder under
-    `~/.cache/hf_vanilla_transformer/`."""
-    default = Path.home() / ".cache" / "hf_vanilla_transformer" / f"transformers-js-{TRANSFORMERS_JS_VERSION}"
-    return Path(os.environ.get("HF_VANILLA_TRANSFORMER_NPM_DIR", default))
-
-
 def install_transformers_js(timeout: float = 900) -> Path:
-    """Install the pinned `@huggingface/transformers` with npm (once; later calls reuse it) and return its folder.
+    """Install the pinned `@huggingface/transformers` with npm into `~/.cache/hf_vanilla_transformer/` (once; later
+    calls reuse it) and return that folder.
 
     `--ignore-scripts`: the install script of `onnxruntime-node` downloads optional GPU binaries from outside the npm
     registry; the CPU runtime is inside the npm package and needs no script.
     """
-    folder = transformers_js_dir()
+    folder = Path.home() / ".cache" / "hf_vanilla_transformer" / f"transformers-js-{TRANSFORMERS_JS_VERSION}"
     if not (folder / "node_modules" / "@huggingface" / "transformers" / "package.json").is_file():
         if shutil.which("npm") is None:
             raise RuntimeError("npm is not installed: transformers.js needs Node.js and npm.")

@@ -9,6 +9,9 @@ Every system has the same architecture and size, is randomly initialised (seeded
   lengths 10-40 (right-padded, a few batches cycled), in non-padding target tokens per second;
 - generation: 64 sources of 20-30 tokens in batches of 16, exactly 30 new tokens (EOS disabled), greedy and beam-4, in
   generated tokens per second (CTranslate2 generates only; nn.Transformer has no beam search).
+CTranslate2 runs the MarianMTModel converted by its own converter, and our model exported by `export_ctranslate2`
+("this package via CTranslate2"), same size and workload. "this package via ONNX Runtime" is our model exported by
+`export_onnx` (float32 and dynamic int8 graphs) decoded greedily by `onnx_runtime.OnnxSeq2SeqLM`.
 Every measurement runs in a fresh process, after an untimed warm-up step or batch: peak training memory is that
 process's VmHWM (on a GPU: torch.cuda.max_memory_allocated), and CTranslate2 never shares a process with torch.
 Systems alternate within each repeat (the order rotates between repeats); medians are reported. Ratios to MarianMTModel (sdpa) at
@@ -37,9 +40,10 @@ from pathlib import Path
 
 import torch
 import transformers
-from benchmark_ctranslate2 import BOS, EOS, PAD, convert_marian
+from benchmark_ctranslate2 import BOS, EOS, PAD, SPECIAL_TOKENS, UNK, convert_marian, vocabulary
+from tokenizers import Tokenizer, models
 from torch import nn
-from transformers import MarianConfig, MarianMTModel
+from transformers import MarianConfig, MarianMTModel, PreTrainedTokenizerFast
 from transformers.trainer_pt_utils import LabelSmoother
 
 from hf_vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
@@ -373,6 +377,23 @@ def convert_for_ct2(size: str, output_dir: str) -> str:
         return convert_marian(marian_dir, output_dir)
 
 
+def export_ours_for_ct2(size: str, output_dir: str) -> str:
+    """Our model of the benchmark (same seed, same weights), exported by `export_ctranslate2` with a word-level
+    tokenizer over benchmark_ctranslate2's synthetic vocabulary (the token strings its timing script decodes)."""
+    from hf_vanilla_transformer.export_ctranslate2 import export_ctranslate2
+
+    quiet()
+    tokens = vocabulary(SIZES[size]["vocab_size"])
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=Tokenizer(models.WordLevel({t: i for i, t in enumerate(tokens)}, SPECIAL_TOKENS[UNK])),
+        **dict(zip(("pad_token", "bos_token", "eos_token", "unk_token"), SPECIAL_TOKENS)),
+    )
+    with tempfile.TemporaryDirectory() as model_dir:
+        build_model("ours-sdpa", size).save_pretrained(model_dir)
+        tokenizer.save_pretrained(model_dir)
+        return str(export_ctranslate2(model_dir, output_dir))
+
+
 def measure_ct2(model_dir: str, compute_type: str, device: str, threads: int, workload: dict) -> dict:
     """Seconds of each generation task, timed by benchmark_ctranslate2.py in a fresh process without torch."""
     beams = {task: num_beams for task, num_beams in TASKS.items() if num_beams}
@@ -397,15 +418,54 @@ def measure_ct2(model_dir: str, compute_type: str, device: str, threads: int, wo
 def ct2_systems(device: str) -> dict:
     """CTranslate2 system -> compute type; none when ctranslate2 is missing or (on a GPU) lacks CUDA."""
     if importlib.util.find_spec("ctranslate2") is None:
-        print("ctranslate2 is not installed: skipping the CTranslate2 rows (pip install ctranslate2).")
+        print("ctranslate2 is not installed: skipping the CTranslate2 rows (pip install -e .[export]).")
         return {}
     if device == "cpu":
-        return {"ct2-float32": "float32", "ct2-int8": "int8"}
+        return {f"ct2{ours}-{t}": t for ours in ("", "-ours") for t in ("float32", "int8")}
     probe = [sys.executable, "-c", "import ctranslate2; print(ctranslate2.get_cuda_device_count())"]
     if int(subprocess.run(probe, capture_output=True, text=True).stdout.strip() or 0) == 0:
         print("This ctranslate2 build has no CUDA support: skipping the CTranslate2 rows.")
         return {}
-    return {"ct2-bfloat16": "bfloat16", "ct2-int8": "int8_bfloat16"}
+    return {
+        f"ct2{ours}-{name}": t
+        for ours in ("", "-ours")
+        for name, t in (("bfloat16", "bfloat16"), ("int8", "int8_bfloat16"))
+    }
+
+
+def export_ours_for_onnx(size: str, output_dir: str) -> str:
+    """Our model of the benchmark (same seed, same weights), exported by `export_onnx` with its int8 graphs."""
+    from hf_vanilla_transformer.export_onnx import export_onnx
+
+    quiet()
+    with tempfile.TemporaryDirectory() as model_dir:
+        build_model("ours-sdpa", size).save_pretrained(model_dir)
+        return str(export_onnx(model_dir, output_dir, quantize=True, model_type="vanilla_transformer"))
+
+
+def measure_onnx(onnx_dir: str, quantized: bool, threads: int, workload: dict) -> dict:
+    """Seconds of greedy generation by the package's ONNX Runtime loop (`OnnxSeq2SeqLM`; it has no beam search)."""
+    from hf_vanilla_transformer.onnx_runtime import OnnxSeq2SeqLM
+
+    model = OnnxSeq2SeqLM(onnx_dir, quantized, num_threads=threads)
+    sources = [workload["sources"][i : i + GENERATION_BATCH] for i in range(0, SOURCES, GENERATION_BATCH)]
+    batches = [(pad(s, PAD, "cpu").numpy(), pad([[1] * len(x) for x in s], 0, "cpu").numpy()) for s in sources]
+
+    def greedy(batch):
+        return model.generate(*batch, max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS)
+
+    greedy(batches[0])  # warm-up
+    seconds, outputs = timed(lambda: [greedy(batch) for batch in batches], "cpu")
+    assert all(o.shape[1] == 1 + NEW_TOKENS for o in outputs), f"ONNX Runtime did not generate {NEW_TOKENS} tokens"
+    return {"greedy": seconds}
+
+
+def onnx_systems(device: str) -> dict:
+    """ONNX Runtime system -> whether it runs the int8 graphs; none when onnxruntime is missing or on a GPU."""
+    if device != "cpu" or importlib.util.find_spec("onnxruntime") is None:
+        print("Skipping the ONNX Runtime rows (CPU only; pip install -e .[export]).")
+        return {}
+    return {"onnx-float32": False, "onnx-int8": True}
 
 
 # ---------------------------------------------------------------------------------------------------- the run
@@ -413,14 +473,22 @@ def ct2_systems(device: str) -> dict:
 
 def run(sizes: list[str], precisions: list[str], device: str, threads: int, repeats: int) -> dict:
     """Every measurement of every size, systems alternating within each repeat (order rotated between repeats)."""
-    ct2 = ct2_systems(device)
+    ct2, onnx = ct2_systems(device), onnx_systems(device)
     samples, peaks = {}, {}
     for size in sizes:
         workload = make_workload(SIZES[size]["vocab_size"])
         with tempfile.TemporaryDirectory() as tmp:
-            ct2_dir = in_fresh_process(convert_for_ct2, size, os.path.join(tmp, "ct2")) if ct2 else None
+            ct2_dirs = (
+                {  # system prefix -> model folder
+                    "ct2-ours": in_fresh_process(export_ours_for_ct2, size, os.path.join(tmp, "ct2-ours")),
+                    "ct2": in_fresh_process(convert_for_ct2, size, os.path.join(tmp, "ct2")),
+                }
+                if ct2
+                else {}
+            )
+            onnx_dir = in_fresh_process(export_ours_for_onnx, size, os.path.join(tmp, "onnx")) if onnx else None
             jobs = [("matmul", None)] + [(system, p) for p in precisions for system in TORCH_SYSTEMS]
-            jobs += [(system, precisions[0]) for system in ct2]
+            jobs += [(system, precisions[0]) for system in [*ct2, *onnx]]
             for r in range(repeats):
                 for system, precision in jobs[r % len(jobs) :] + jobs[: r % len(jobs)]:
                     start = time.perf_counter()
@@ -429,7 +497,10 @@ def run(sizes: list[str], precisions: list[str], device: str, threads: int, repe
                             peaks.setdefault(size, {}).setdefault(p, []).append(flops)
                         continue
                     if system in ct2:
-                        result = measure_ct2(ct2_dir, ct2[system], device, threads, workload)
+                        model_dir = ct2_dirs["ct2-ours" if system.startswith("ct2-ours") else "ct2"]
+                        result = measure_ct2(model_dir, ct2[system], device, threads, workload)
+                    elif system in onnx:
+                        result = in_fresh_process(measure_onnx, onnx_dir, onnx[system], threads, workload)
                     else:
                         result = in_fresh_process(measure_torch, system, size, precision, device, threads, workload)
                     for metric, value in result.items():
@@ -467,27 +538,40 @@ def summarize(measured: dict, sizes: list[str]) -> list[dict]:
 
 
 def label(system: str, ct2: dict) -> str:
+    if system.startswith("ct2-ours"):
+        return f"this package via CTranslate2 {ct2[system]}"
+    if system.startswith("onnx-"):
+        return f"this package via ONNX Runtime {system.removeprefix('onnx-')}"
     return TORCH_SYSTEMS.get(system) or f"CTranslate2 {ct2[system]}"
 
 
 def check_targets(rows: list[dict], precision: str, ct2: dict) -> list[dict]:
-    """The issue's targets, from the ratios ours (sdpa) / other system of this run at the result precision."""
+    """The issue's targets, from the ratios system / other system of this run at the result precision."""
     by_key = {(r["size"], r["system"]): r for r in rows if r["precision"] == precision}
     sizes = list(dict.fromkeys(size for size, _ in by_key))
     marian = TORCH_SYSTEMS[REFERENCE]
-    specs = [  # description, metric, other system, ">=" or "<=", threshold on the ratio, sizes
-        (f"training >= 1.3x {marian}", "train_tokens_per_s", REFERENCE, ">=", 1.3, sizes),
-        (f"greedy >= 1.5x {marian}", "greedy_tokens_per_s", REFERENCE, ">=", 1.5, sizes),
-        (f"beam-4 >= 1.5x {marian}", "beam4_tokens_per_s", REFERENCE, ">=", 1.5, sizes),
-        (f"peak training memory <= {marian}", "train_peak_mb", REFERENCE, "<=", 1.0, sizes),
+    specs = [  # description, metric, system, other system, ">=" or "<=", threshold on the ratio system/other, sizes
+        (f"training >= 1.3x {marian}", "train_tokens_per_s", OURS, REFERENCE, ">=", 1.3, sizes),
+        (f"greedy >= 1.5x {marian}", "greedy_tokens_per_s", OURS, REFERENCE, ">=", 1.5, sizes),
+        (f"beam-4 >= 1.5x {marian}", "beam4_tokens_per_s", OURS, REFERENCE, ">=", 1.5, sizes),
+        (f"peak training memory <= {marian}", "train_peak_mb", OURS, REFERENCE, "<=", 1.0, sizes),
     ]
     if ct2:
         ct2_float = next(iter(ct2))
-        specs.append((f"greedy >= {label(ct2_float, ct2)}", "greedy_tokens_per_s", ct2_float, ">=", 1.0, ["small"]))
+        specs.append(
+            (f"greedy >= {label(ct2_float, ct2)}", "greedy_tokens_per_s", OURS, ct2_float, ">=", 1.0, ["small"])
+        )
+        for theirs in (system for system in ct2 if not system.startswith("ct2-ours")):
+            exported = theirs.replace("ct2-", "ct2-ours-")
+            for task, metric in (("greedy", "greedy_tokens_per_s"), ("beam-4", "beam4_tokens_per_s")):
+                name = f"{task}: {label(exported, ct2)} >= 0.95x {label(theirs, ct2)} (MarianMTModel converted)"
+                specs.append((name, metric, exported, theirs, ">=", 0.95, sizes))
+        name = f"greedy: {label('ct2-ours-int8', ct2)} >= 3x {TORCH_SYSTEMS[OURS]}"
+        specs.append((name, "greedy_tokens_per_s", "ct2-ours-int8", OURS, ">=", 3.0, ["small"]))
     targets = []
-    for name, metric, other, comparison, threshold, target_sizes in specs:
+    for name, metric, system, other, comparison, threshold, target_sizes in specs:
         for size in target_sizes:
-            ours, theirs = by_key.get((size, OURS), {}), by_key.get((size, other), {})
+            ours, theirs = by_key.get((size, system), {}), by_key.get((size, other), {})
             if metric in ours and metric in theirs:
                 ratio = ours[metric] / theirs[metric]
                 passed = ratio >= threshold if comparison == ">=" else ratio <= threshold

@@ -19,6 +19,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
 import export  # noqa: E402
 
 
+@pytest.fixture(autouse=True)
+def _one_torch_thread():
+    """Generation on a shared 2-core machine: one thread avoids OpenMP oversubscription (10x slower under load)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 def peaked_model(**overrides) -> VanillaTransformerForConditionalGeneration:
     """A random model whose next-token distributions are peaked (large init), so that no near-tie decides a token."""
     return VanillaTransformerForConditionalGeneration(tiny_config(dropout=0.0, init_std=0.3, **overrides)).eval()

@@ -28,6 +28,17 @@ from .tiny_tokenizer import SENTENCES, tiny_tokenizer  # noqa: E402
 
 
 SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
+
+
+@pytest.fixture(autouse=True)
+def _one_torch_thread():
+    """Generation on a shared 2-core machine: one thread avoids OpenMP oversubscription (10x slower under load)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 TOKENIZER = tiny_tokenizer()
 LAYOUTS = {  # id -> config overrides
     "post-norm": dict(),
@@ -119,6 +130,22 @@ def test_greedy_and_beam_search_token_identical(tmp_path, layout):
             assert TOKENIZER.convert_tokens_to_ids(result.hypotheses[0]) == ours, num_beams
 
 
+def test_length_penalty_formula_agrees(tmp_path):
+    """Both engines score a finished beam as sum(log p) / length**length_penalty, the length counting the generated
+    tokens with the end token: CTranslate2's returned scores equal transformers' sequences_scores."""
+    model = saved_model(tmp_path / "model")
+    out = export_ctranslate2(tmp_path / "model", tmp_path / "ct2")
+    translator = ctranslate2.Translator(str(out), device="cpu", intra_threads=1)
+    results = translator.translate_batch(
+        source_tokens(), **translate_options(model.generation_config), return_scores=True
+    )
+    with torch.no_grad():
+        expected = model.generate(
+            **TOKENIZER(SENTENCES, return_tensors="pt", padding=True), output_scores=True, return_dict_in_generate=True
+        ).sequences_scores
+    torch.testing.assert_close(torch.tensor([r.scores[0] for r in results]), expected, atol=1e-4, rtol=0)
+
+
 def test_int8_and_padded_vocabulary(tmp_path):
     """Quantized exports run; a model vocabulary larger than the tokenizer's gets placeholder tokens."""
     saved_model(tmp_path / "model", vocab_size=len(TOKENIZER) + 8)
@@ -183,3 +210,27 @@ def test_cli(tmp_path, capsys):
     with pytest.raises(SystemExit) as exit_info:  # errors name the problem, without a traceback
         export.main(arguments)
     assert exit_info.value.code == 2 and "is not empty" in capsys.readouterr().err
+
+
+def test_parity_table(tmp_path):
+    """scripts/export_parity.py's measurement on a tiny model and test file: every exact export is identical."""
+    from hf_vanilla_transformer.export_parity import format_table, parity_table
+
+    saved_model(tmp_path / "model")
+    pairs = [{"translation": {"de": de, "en": en}} for de, en in zip(SENTENCES[0::2], SENTENCES[1::2])]
+    (tmp_path / "test.jsonl").write_text("".join(json.dumps(pair) + "\n" for pair in pairs))
+    rows = parity_table(tmp_path / "model", tmp_path / "test.jsonl", batch_size=4)
+    assert [(r["decoding"], r["engine"]) for r in rows] == [
+        (decoding, engine)
+        for decoding in ("greedy", "beam 4, length penalty 0.6")
+        for engine in (
+            "this package (PyTorch)",
+            "MarianMTModel (to_marian)",
+            "CTranslate2 float32",
+            "CTranslate2 int8",
+        )
+    ]
+    for row in rows:
+        if "int8" not in row["engine"]:
+            assert row["identical"] == 1.0 and row["bleu_difference"] == 0.0, row
+    assert "| greedy | CTranslate2 float32 | 100.0% |" in format_table(rows)
