@@ -5,7 +5,7 @@
     python -m http.server -d site/ 8000        # any static file server; open http://127.0.0.1:8000
 
 Needs the `export` extra (ONNX) and npm, which installs the pinned transformers.js once into a cache folder
-(~/.cache/hf_vanilla_transformer, or $HF_VANILLA_TRANSFORMER_NPM_DIR).
+(~/.cache/hf_vanilla_transformer).
 """
 
 import argparse

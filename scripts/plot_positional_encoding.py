@@ -65,7 +65,7 @@ def main(argv=None):
         parser.error(str(error))
     output = Path(args.output)
     output.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(output, dpi=90)
+    fig.savefig(output, dpi=80)
     print(f"Wrote {output}")
 
 
