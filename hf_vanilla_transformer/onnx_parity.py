@@ -52,8 +52,12 @@ def onnx_parity_tables(
     model = VanillaTransformerForConditionalGeneration.from_pretrained(model_dir).eval()
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     bleu = evaluate.load(BLEU_CHRF_PATH)
-    greedy = GenerationConfig.from_dict({**model.generation_config.to_dict(), "num_beams": 1})
-    max_new_tokens = greedy.max_new_tokens or greedy.max_length - 1  # max_length counts the decoder start token
+    beam_defaults = {"num_beams": 1, "length_penalty": 1.0, "early_stopping": False}  # as export_parity's greedy rows
+    greedy = GenerationConfig.from_dict({**model.generation_config.to_dict(), **beam_defaults})
+    # One length budget for every engine: the model's (max_length counts the decoder start token), else its limit.
+    max_length = greedy.max_length or model.config.max_position_embeddings
+    greedy.max_new_tokens, greedy.max_length = greedy.max_new_tokens or max_length - 1, None
+    max_new_tokens = greedy.max_new_tokens
 
     def row(engine: str, ids: list[list[int]], ours: list[list[int]], count: int) -> dict:
         def score(rows):

@@ -225,7 +225,7 @@ def test_parity_table(tmp_path):
         for decoding in ("greedy", "beam 4, length penalty 0.6")
         for engine in (
             "this package (PyTorch)",
-            "MarianMTModel (to_marian)",
+            "MarianMTModel (export_marian)",
             "CTranslate2 float32",
             "CTranslate2 int8",
         )
