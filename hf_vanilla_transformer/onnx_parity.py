@@ -9,7 +9,6 @@ import shutil
 import tempfile
 from pathlib import Path
 
-import evaluate
 import torch
 from transformers import AutoTokenizer, GenerationConfig
 
@@ -18,7 +17,7 @@ from .export_onnx import export_onnx
 from .export_parity import _strip, generate_ids
 from .modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
 from .onnx_runtime import OnnxSeq2SeqLM, transformers_js_generate
-from .training import BLEU_CHRF_PATH
+from .training import corpus_scores
 
 
 def onnx_runtime_ids(translator: OnnxSeq2SeqLM, tokenizer, sources, max_new_tokens: int, batch_size: int, config):
@@ -51,7 +50,6 @@ def onnx_parity_tables(
     sources, references = [p[source_lang] for p in pairs], [p[target_lang] for p in pairs]
     model = VanillaTransformerForConditionalGeneration.from_pretrained(model_dir).eval()
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    bleu = evaluate.load(BLEU_CHRF_PATH)
     beam_defaults = {"num_beams": 1, "length_penalty": 1.0, "early_stopping": False}  # as export_parity's greedy rows
     greedy = GenerationConfig.from_dict({**model.generation_config.to_dict(), **beam_defaults})
     # One length budget for every engine: the model's (max_length counts the decoder start token), else its limit.
@@ -62,7 +60,7 @@ def onnx_parity_tables(
     def row(engine: str, ids: list[list[int]], ours: list[list[int]], count: int) -> dict:
         def score(rows):
             texts = [t.strip() for t in tokenizer.batch_decode(rows, skip_special_tokens=True)]
-            return bleu.compute(predictions=texts, references=references[:count])["bleu"]
+            return corpus_scores(texts, references[:count])["bleu"]
 
         bleu_score = score(ids)
         identical = sum(a == b for a, b in zip(ids, ours)) / count
