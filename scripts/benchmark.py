@@ -65,11 +65,15 @@ MATMUL_SIZE = 2048
 TORCH_SYSTEMS = {
     "ours-sdpa": "ours (sdpa)",
     "ours-eager": "ours (eager)",
+    "ours-labels": "ours, labels only",
+    "ours-logits": "ours, loss from logits",
     "marian-sdpa": "MarianMTModel (sdpa)",
     "marian-eager": "MarianMTModel (eager)",
     "nn-transformer": "nn.Transformer (no KV cache)",
 }
 OURS, REFERENCE = "ours-sdpa", "marian-sdpa"  # the targets compare these two (and CTranslate2)
+# The two other ways of training our model (sdpa): they differ from ours-sdpa in training only, so they do not generate.
+TRAINING_CALL_PATHS = {"ours-labels", "ours-logits"}
 RATIO_METRICS = [f"{task}_tokens_per_s" for task in TASKS] + ["train_peak_mb"]
 CT2_SCRIPT = Path(__file__).with_name("benchmark_ctranslate2.py")
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
@@ -156,6 +160,7 @@ def build_model(system: str, size: str, seed: int = SEED) -> nn.Module:
     if system == "nn-transformer":
         return TorchTransformerSeq2Seq(s["vocab_size"], s["d_model"], s["heads"], s["ffn"], s["layers"])
     family, attn_implementation = system.split("-")
+    attn_implementation = "sdpa" if system in TRAINING_CALL_PATHS else attn_implementation
     if family == "marian":
         return MarianMTModel._from_config(marian_config(size), attn_implementation=attn_implementation)
     config = model_config_for("vanilla", **size_fields(size), dropout=0.1, label_smoothing=LABEL_SMOOTHING)
@@ -163,10 +168,23 @@ def build_model(system: str, size: str, seed: int = SEED) -> nn.Module:
 
 
 def training_loss(model: nn.Module, system: str, batch: dict) -> torch.Tensor:
-    """The loss each system's usual trainer computes, label smoothing 0.1 over the non-padding targets."""
-    if system.startswith("ours"):  # what our TranslationTrainer does: the model's own fused loss
+    """The loss each system's usual trainer computes, label smoothing 0.1 over the non-padding targets.
+
+    Our model three ways: as our TranslationTrainer calls it (labels and the collator's decoder mask); as plain
+    `Seq2SeqTrainer` and `run_translation.py` do (labels only); and as a custom loop that takes logits for given decoder
+    inputs and computes the loss itself (the model sees neither labels nor target padding).
+    """
+    if system == "ours-labels":
+        return model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], labels=batch["labels"]).loss
+    if system in ("ours-sdpa", "ours-eager"):
         return model(**batch).loss
-    inputs = {name: value for name, value in batch.items() if name != "labels"}
+    inputs = {name: value for name, value in batch.items() if name not in ("labels", "decoder_attention_mask")}
+    if system == "ours-logits":
+        logits = model(**inputs).logits
+        return nn.functional.cross_entropy(
+            logits.flatten(0, 1), batch["labels"].flatten(), ignore_index=-100, label_smoothing=LABEL_SMOOTHING
+        )
+    inputs["decoder_attention_mask"] = batch["decoder_attention_mask"]
     if system.startswith("marian"):  # what Seq2SeqTrainer(label_smoothing_factor=0.1) does
         return LabelSmoother(epsilon=LABEL_SMOOTHING)(model(**inputs), batch["labels"])
     logits = model(**inputs)
@@ -327,7 +345,7 @@ def measure_torch(system: str, size: str, precision: str, device: str, threads: 
     sources = [workload["sources"][i : i + GENERATION_BATCH] for i in range(0, SOURCES, GENERATION_BATCH)]
     sources = [(pad(s, PAD, device), pad([[1] * len(x) for x in s], 0, device)) for s in sources]
     for task, num_beams in TASKS.items():
-        if not num_beams or (system == "nn-transformer" and num_beams > 1):
+        if not num_beams or (system == "nn-transformer" and num_beams > 1) or system in TRAINING_CALL_PATHS:
             continue
         with torch.no_grad(), autocast:
             generate(model, system, *sources[0], num_beams)  # warm-up
