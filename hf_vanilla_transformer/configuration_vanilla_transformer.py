@@ -13,6 +13,9 @@
 # limitations under the License.
 """Configuration of the encoder-decoder Transformer of "Attention Is All You Need" (Vaswani et al., 2017)."""
 
+import copy
+import sys
+
 from transformers import GenerationConfig, PreTrainedConfig
 from transformers.activations import ACT2FN
 
@@ -95,6 +98,13 @@ class VanillaTransformerConfig(PreTrainedConfig):
             Special token ids; they must lie inside the vocabulary. Decoding starts from `decoder_start_token_id`.
         use_cache (`bool`, defaults to `True`):
             Whether the decoder returns a key/value cache for fast generation.
+        is_encoder_decoder (`bool`, defaults to `True`):
+            The paper's encoder-decoder. `False` is the decoder stack alone, without cross-attention, for
+            [`VanillaTransformerForCausalLM`] (GPT-style language modelling); it is sized by the `decoder_*` fields.
+            [`VanillaTransformerForSequenceClassification`] uses the encoder stack (`encoder_*` fields) either way.
+        classifier_pooling (`str`, defaults to `"mean"`):
+            How [`VanillaTransformerForSequenceClassification`] summarises a sequence for its classifier: `"mean"` of
+            the real tokens' final states, or the `"first"` real token's (a BERT-style `[CLS]` position).
     """
 
     model_type = "vanilla_transformer"
@@ -131,6 +141,7 @@ class VanillaTransformerConfig(PreTrainedConfig):
     decoder_start_token_id: int | None = 1
     use_cache: bool = True
     is_encoder_decoder: bool = True
+    classifier_pooling: str = "mean"
 
     def __post_init__(self, **kwargs):
         super().__post_init__(**kwargs)
@@ -178,6 +189,8 @@ class VanillaTransformerConfig(PreTrainedConfig):
         for name in flags:
             if not isinstance(getattr(self, name), bool):
                 fail(name, "True or False")
+        if self.classifier_pooling not in ("mean", "first"):
+            fail("classifier_pooling", '"mean" or "first"')
         if self.activation_function not in ACT2FN:
             fail("activation_function", f"one of {sorted(ACT2FN)}")
         if (
@@ -194,6 +207,17 @@ class VanillaTransformerConfig(PreTrainedConfig):
                 if token_id is not None and (not is_int(token_id) or not 0 <= token_id < self.vocab_size):
                     fail(name, f"None or a token id in [0, vocab_size={self.vocab_size})")
 
+    def get_text_config(self, decoder=None, encoder=None) -> "VanillaTransformerConfig":
+        """Caches and `generate()` read the generic sizes (`num_hidden_layers`, `num_attention_heads`), which name the
+        encoder's; a decoder-only config answers with its decoder's."""
+        if self.is_encoder_decoder:
+            return super().get_text_config(decoder=decoder, encoder=encoder)
+        decoder_sizes = copy.deepcopy(self)
+        decoder_sizes.encoder_layers = self.decoder_layers
+        decoder_sizes.encoder_attention_heads = self.decoder_attention_heads
+        decoder_sizes.encoder_ffn_dim = self.decoder_ffn_dim
+        return decoder_sizes
+
     @classmethod
     def from_paper(cls, size: str = "base", **kwargs) -> "VanillaTransformerConfig":
         """The paper's `"base"` or `"big"` model (Table 3); keyword arguments override any field, e.g. `vocab_size`."""
@@ -202,17 +226,45 @@ class VanillaTransformerConfig(PreTrainedConfig):
         return cls(**{**PAPER_PRESETS[size], **kwargs})
 
     def paper_generation_config(self, **kwargs) -> GenerationConfig:
-        """The paper's decoding (section 6.1): beam size 4, length penalty 0.6, stop when all beams have ended."""
-        settings = dict(
-            num_beams=4, length_penalty=0.6, early_stopping=True, max_length=min(self.max_position_embeddings, 512)
-        )
-        return GenerationConfig(
-            pad_token_id=self.pad_token_id,
-            bos_token_id=self.bos_token_id,
-            eos_token_id=self.eos_token_id,
-            decoder_start_token_id=self.decoder_start_token_id,
-            **{**settings, **kwargs},
-        )
+        """[`paper_generation_config`] for this config."""
+        return paper_generation_config(self, **kwargs)
+
+    @classmethod
+    def from_dict(cls, config_dict: dict, **kwargs) -> "VanillaTransformerConfig":
+        # Saved folders name their translation pipeline in `custom_pipelines`, the code that processes without this
+        # package run (with trust_remote_code=True). Where this package is imported, the same pipeline is registered
+        # in the process: it wins, as local code wins for the model classes, so that pipeline("translation",
+        # model=folder) needs no trust_remote_code there. transformers reads `custom_pipelines` before its registry.
+        registry = getattr(sys.modules.get("transformers.pipelines"), "PIPELINE_REGISTRY", None)
+        custom = config_dict.get("custom_pipelines")
+        if registry is not None and custom:
+
+            def registered_here(task: str, entry: dict) -> bool:
+                impl = registry.supported_tasks.get(task, {}).get("impl")
+                return getattr(impl, "__name__", impl) == entry.get("impl", "").rsplit(".", 1)[-1]
+
+            remote = {task: entry for task, entry in custom.items() if not registered_here(task, entry)}
+            config_dict = {key: value for key, value in config_dict.items() if key != "custom_pipelines"}
+            if remote:
+                config_dict["custom_pipelines"] = remote
+        return super().from_dict(config_dict, **kwargs)
 
 
-__all__ = ["VanillaTransformerConfig"]
+def paper_generation_config(config: PreTrainedConfig, **kwargs) -> GenerationConfig:
+    """The paper's decoding (section 6.1) for any seq2seq `config`'s special tokens: beam size 4, length penalty 0.6,
+    stop when all beams have ended; keyword arguments override any setting.
+
+    It sets no length limit, so that `generate(max_new_tokens=...)` and `generate(max_length=...)` apply as given. The
+    paper's limit, source length + 50, depends on the source: the translation pipeline applies it per batch.
+    """
+    settings = dict(num_beams=4, length_penalty=0.6, early_stopping=True)
+    return GenerationConfig(
+        pad_token_id=config.pad_token_id,
+        bos_token_id=config.bos_token_id,
+        eos_token_id=config.eos_token_id,
+        decoder_start_token_id=config.decoder_start_token_id,
+        **{**settings, **kwargs},
+    )
+
+
+__all__ = ["VanillaTransformerConfig", "paper_generation_config"]

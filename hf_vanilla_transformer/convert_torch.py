@@ -51,6 +51,33 @@ def _one(values: set, setting: str):
     return values.pop()
 
 
+def _checked_layers(encoder: nn.TransformerEncoder, decoder: nn.TransformerDecoder) -> list[nn.Module]:
+    """All layers, encoder's first, once they are known to be what our layers can express."""
+    for stack, cls in ((encoder.layers, nn.TransformerEncoderLayer), (decoder.layers, nn.TransformerDecoderLayer)):
+        if not all(type(layer) is cls for layer in stack):
+            raise ValueError(f"Cannot import this nn.Transformer: its layers must be {cls.__name__}s.")
+    layers = [*encoder.layers, *decoder.layers]
+    for i, layer in enumerate(layers):
+        _check_attention(layer.self_attn, f"layer {i}'s self_attn")
+        if hasattr(layer, "multihead_attn"):
+            _check_attention(layer.multihead_attn, f"layer {i}'s multihead_attn")
+    if (encoder.norm is None) != (decoder.norm is None):
+        raise ValueError("Cannot import this nn.Transformer: only one of encoder.norm and decoder.norm exists.")
+    return layers
+
+
+def _checked_positions(positions: torch.Tensor, d_model: int) -> int:
+    """The number of positions of a table that is our formula up to float32 rounding (< 1e-3 up to 5000 positions)."""
+    table = positions.detach().reshape(positions.shape[0], -1).float().cpu()
+    expected = VanillaTransformerSinusoidalPositionalEncoding(d_model)(torch.arange(table.shape[0]))
+    if table.shape != expected.shape or not torch.allclose(table, expected, atol=1e-3):
+        raise ValueError(
+            "`positions` is not the interleaved sinusoid PE(pos, 2i) = sin(pos / 10000^(2i/d)), "
+            "PE(pos, 2i+1) = cos(pos / 10000^(2i/d)) counted from 0: this model cannot be imported exactly."
+        )
+    return table.shape[0]
+
+
 def _linear(prefix: str, weight: torch.Tensor, bias: torch.Tensor | None) -> dict[str, torch.Tensor]:
     """`bias=False` layers become zero biases: the same function."""
     return {f"{prefix}.weight": weight, f"{prefix}.bias": torch.zeros(weight.shape[0]) if bias is None else bias}
@@ -124,16 +151,7 @@ def from_torch_transformer(
     other, `kdim`/`vdim`/`add_bias_kv`/`add_zero_attn` attention, a non-zero generator bias, mismatched sizes.
     """
     encoder, decoder = transformer.encoder, transformer.decoder
-    for stack, cls in ((encoder.layers, nn.TransformerEncoderLayer), (decoder.layers, nn.TransformerDecoderLayer)):
-        if not all(type(layer) is cls for layer in stack):
-            raise ValueError(f"Cannot import this nn.Transformer: its layers must be {cls.__name__}s.")
-    layers = [*encoder.layers, *decoder.layers]
-    for i, layer in enumerate(layers):
-        _check_attention(layer.self_attn, f"layer {i}'s self_attn")
-        if hasattr(layer, "multihead_attn"):
-            _check_attention(layer.multihead_attn, f"layer {i}'s multihead_attn")
-    if (encoder.norm is None) != (decoder.norm is None):
-        raise ValueError("Cannot import this nn.Transformer: only one of encoder.norm and decoder.norm exists.")
+    layers = _checked_layers(encoder, decoder)
     norms = [m for layer in layers for m in layer.modules() if isinstance(m, nn.LayerNorm)]
     norms += [norm for norm in (encoder.norm, decoder.norm) if norm is not None]
 
@@ -157,14 +175,7 @@ def from_torch_transformer(
             "ours has one vocabulary size, and padding the target side would change the output distribution."
         )
     if positions is not None:
-        table = positions.detach().reshape(positions.shape[0], -1).float().cpu()
-        max_position_embeddings = table.shape[0]
-        expected = VanillaTransformerSinusoidalPositionalEncoding(d_model)(torch.arange(max_position_embeddings))
-        if table.shape != expected.shape or not torch.allclose(table, expected, atol=1e-3):
-            raise ValueError(
-                "`positions` is not the interleaved sinusoid PE(pos, 2i) = sin(pos / 10000^(2i/d)), "
-                "PE(pos, 2i+1) = cos(pos / 10000^(2i/d)) counted from 0: this model cannot be imported exactly."
-            )
+        max_position_embeddings = _checked_positions(positions, d_model)
 
     tied = generator is None or generator.weight is target_embedding.weight
     tied = tied and target_embedding is embedding

@@ -10,14 +10,13 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-import evaluate
 import torch
-from transformers import AutoTokenizer, GenerationConfig
+from transformers import AutoTokenizer, GenerationConfig, MarianMTModel
 
-from .convert_marian import to_marian
+from .convert_marian import export_marian
 from .data import BUNDLED_CORPUS, load_parallel_corpus
 from .modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
-from .training import BLEU_CHRF_PATH
+from .training import corpus_scores
 
 
 def _strip(ids: list[int], config) -> list[int]:
@@ -56,10 +55,10 @@ def _engines(model, model_dir: Path, work_dir: Path, threads: int) -> dict[str, 
     becomes a function raising that error."""
     engines = {"this package (PyTorch)": lambda *args: generate_ids(model, *args)}
     try:
-        marian = to_marian(model).eval()
-        engines["MarianMTModel (to_marian)"] = lambda *args: generate_ids(marian, *args)
+        marian = MarianMTModel.from_pretrained(export_marian(model_dir, work_dir / "marian")).eval()
+        engines["MarianMTModel (export_marian)"] = lambda *args: generate_ids(marian, *args)
     except ValueError as error:
-        engines["MarianMTModel (to_marian)"] = error
+        engines["MarianMTModel (export_marian)"] = error
     try:
         from .export_ctranslate2 import export_ctranslate2
 
@@ -94,9 +93,9 @@ def parity_table(
     sources, references = [p[source_lang] for p in pairs], [p[target_lang] for p in pairs]
     model = VanillaTransformerForConditionalGeneration.from_pretrained(model_dir).eval()
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    bleu = evaluate.load(BLEU_CHRF_PATH)
     beam = model.generation_config
-    decodings = {"greedy": GenerationConfig.from_dict({**beam.to_dict(), "num_beams": 1})}
+    greedy = {"num_beams": 1, "length_penalty": 1.0, "early_stopping": False}  # beam-only settings at their defaults
+    decodings = {"greedy": GenerationConfig.from_dict({**beam.to_dict(), **greedy})}
     decodings[f"beam {beam.num_beams}, length penalty {beam.length_penalty}"] = beam
 
     rows, torch_threads = [], torch.get_num_threads()
@@ -112,7 +111,7 @@ def parity_table(
                     continue
                 ids = translate(tokenizer, sources, generation_config, batch_size)
                 texts = [text.strip() for text in tokenizer.batch_decode(ids, skip_special_tokens=True)]
-                row["bleu"] = bleu.compute(predictions=texts, references=references)["bleu"]
+                row["bleu"] = corpus_scores(texts, references)["bleu"]
                 ours = ours or {"ids": ids, "bleu": row["bleu"]}
                 row["identical"] = sum(a == b for a, b in zip(ids, ours["ids"])) / len(ids)
                 row["bleu_difference"] = row["bleu"] - ours["bleu"]

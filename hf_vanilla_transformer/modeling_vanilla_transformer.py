@@ -13,14 +13,16 @@
 # limitations under the License.
 """The encoder-decoder Transformer of "Attention Is All You Need" (Vaswani et al., 2017) as a transformers model.
 
-Shapes: b batch, s source length, t target length (new tokens), k key length (cache + new), h heads, d d_model,
-dh head dim, v vocabulary. Masks follow transformers: 2D `attention_mask` with 1 = real token, 0 = padding.
+Shapes: b batch, s source length, t target length (new tokens), k key length (cache + new), n real (non-padding)
+tokens, h heads, d d_model, dh head dim, v vocabulary. Masks follow transformers: 2D `attention_mask` with 1 = real
+token, 0 = padding.
 """
 
-import math
+import os
 from collections.abc import Callable
 
 import torch
+from safetensors import SafetensorError
 from torch import nn
 from transformers import initialization as init
 from transformers.activations import ACT2FN
@@ -31,8 +33,10 @@ from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import (
     BaseModelOutput,
     BaseModelOutputWithPastAndCrossAttentions,
+    CausalLMOutputWithPast,
     Seq2SeqLMOutput,
     Seq2SeqModelOutput,
+    SequenceClassifierOutput,
 )
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS, PreTrainedModel
 from transformers.processing_utils import Unpack
@@ -41,6 +45,7 @@ from transformers.utils.generic import merge_with_config_defaults
 from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
 from .configuration_vanilla_transformer import VanillaTransformerConfig
+from .pipeline_translation import CUSTOM_PIPELINES  # imported, so that remote code ships the pipeline file too
 
 
 logger = logging.get_logger(__name__)
@@ -58,65 +63,6 @@ def shift_tokens_right(input_ids: torch.Tensor, pad_token_id: int, decoder_start
     return shifted.masked_fill_(shifted == -100, pad_token_id)
 
 
-def _check_token_ids(ids: torch.Tensor | None, name: str, config: VanillaTransformerConfig, check_range: bool = True):
-    """Turn the usual deep `IndexError`/`RuntimeError` of bad token ids into an error naming the argument."""
-    if ids is None:
-        return
-    if ids.dtype.is_floating_point or ids.dtype.is_complex or ids.dtype == torch.bool:
-        raise TypeError(f"`{name}` must hold integer token ids (torch.long), got dtype {ids.dtype}.")
-    if ids.dim() != 2:
-        raise ValueError(f"`{name}` must have shape (batch_size, sequence_length), got {tuple(ids.shape)}.")
-    if ids.shape[1] == 0:
-        raise ValueError(f"`{name}` is empty (sequence length 0): every sequence needs at least one token, e.g. EOS.")
-    if check_range and not is_torchdynamo_compiling():
-        low, high = int(ids.min()), int(ids.max())
-        if low < 0 or high >= config.vocab_size:
-            bad = low if low < 0 else high
-            raise ValueError(f"`{name}` contains token id {bad}, outside the vocabulary [0, {config.vocab_size}).")
-
-
-def _check_padding_mask(mask: torch.Tensor | None, name: str, batch_size: int, length: int):
-    """2D masks must be (b, length); prepared 4D masks are passed through untouched, as in transformers."""
-    if mask is None or mask.dim() == 4:
-        return
-    if mask.dim() != 2 or mask.shape[0] != batch_size or mask.shape[1] != length:
-        raise ValueError(
-            f"`{name}` must have shape (batch_size, sequence_length) = ({batch_size}, {length}) with 1 for real tokens "
-            f"and 0 for padding, got {tuple(mask.shape)}."
-        )
-
-
-def _real_token_index(mask: torch.Tensor | None) -> torch.Tensor | None:
-    """Flat (b*t) indices of the real tokens of a 2D mask; None when nothing is padding (or under torch.compile,
-    where the data-dependent size would break the graph)."""
-    if mask is None or mask.dim() != 2 or is_torchdynamo_compiling():
-        return None
-    index = mask.flatten().nonzero().squeeze(-1)
-    return None if index.numel() == mask.numel() else index
-
-
-def _unpad(hidden_states: torch.Tensor, token_index: torch.Tensor | None) -> torch.Tensor:
-    """(b, t, d) -> (n, d): the real tokens only; unchanged when there is no padding to skip."""
-    return hidden_states if token_index is None else hidden_states.flatten(0, 1).index_select(0, token_index)
-
-
-def _repad(tokens: torch.Tensor, token_index: torch.Tensor | None, shape: torch.Size) -> torch.Tensor:
-    """(n, d') -> (*shape, d') with zeros at the padded positions: the inverse of `_unpad`."""
-    if token_index is None:
-        return tokens
-    padded = tokens.new_zeros(math.prod(shape), tokens.shape[-1]).index_copy_(0, token_index, tokens)
-    return padded.view(*shape, -1)
-
-
-def _on_tokens(fn: Callable, hidden_states: torch.Tensor, token_index: torch.Tensor | None) -> torch.Tensor:
-    """Apply a position-wise `fn` to the real tokens only; padded positions come back as zeros.
-
-    Linear layers are nearly all of the work, so skipping padding makes a padded batch cost about what its real tokens
-    cost. Results at real positions are unchanged.
-    """
-    return _repad(fn(_unpad(hidden_states, token_index)), token_index, hidden_states.shape[:-1])
-
-
 class VanillaTransformerSinusoidalPositionalEncoding(nn.Module):
     """PE(pos, 2i) = sin(pos / 10000^(2i/d)), PE(pos, 2i+1) = cos(pos / 10000^(2i/d)) (section 3.5).
 
@@ -132,6 +78,42 @@ class VanillaTransformerSinusoidalPositionalEncoding(nn.Module):
         two_i = torch.arange(0, self.embedding_dim, 2, device=position_ids.device, dtype=torch.float32)
         angles = position_ids.unsqueeze(-1).float() / torch.pow(10000.0, two_i / self.embedding_dim)  # (b, t, d/2)
         return torch.stack((angles.sin(), angles.cos()), dim=-1).flatten(-2)  # interleaved (b, t, d)
+
+
+class Padding:
+    """Which tokens of a batch are real, and their states packed into rows.
+
+    The one speed optimization of this file: linear layers, layer norms, dropout and residual sums cost as much for a
+    padding token as for a real one, so each stack packs its real tokens once, (b, t, d) -> (n, d), and every layer
+    works on the packed rows; only the attention kernel, which needs the (b, t) layout, unpacks them. Padded positions
+    come back as zeros. Without padding (or under `torch.compile`, where `nonzero` has no static size), packing and
+    unpacking do nothing.
+    """
+
+    def __init__(self, attention_mask: torch.Tensor | None, pack: bool = True):
+        self.attention_mask = attention_mask  # the (b, t) mask while some token is padding (or when 4D/compiling)
+        self.index = None  # flat indices of the real tokens, when packing
+        if attention_mask is None or attention_mask.dim() != 2 or is_torchdynamo_compiling():
+            return
+        index = attention_mask.flatten().nonzero().squeeze(-1)  # the only host synchronisation of a stack
+        if index.numel() == attention_mask.numel():
+            self.attention_mask = None
+        elif pack:
+            self.index = index
+
+    def pack(self, states: torch.Tensor) -> torch.Tensor:
+        """(b, t, ...) -> (n, ...)."""
+        return states if self.index is None else states.flatten(0, 1).index_select(0, self.index)
+
+    def unpack(self, states: torch.Tensor) -> torch.Tensor:
+        """(n, ...) -> (b, t, ...), zeros at the padded positions."""
+        if self.index is None:
+            return states
+        unpacked = states.new_zeros(self.attention_mask.numel(), *states.shape[1:]).index_copy_(0, self.index, states)
+        return unpacked.view(*self.attention_mask.shape, *states.shape[1:])
+
+
+NO_PADDING = Padding(None)
 
 
 def eager_attention_forward(
@@ -163,7 +145,6 @@ class VanillaTransformerAttention(nn.Module):
     ):
         super().__init__()
         self.config = config
-        self.num_heads = num_heads
         self.head_dim = config.d_model // num_heads
         self.scaling = self.head_dim**-0.5
         self.dropout = config.attention_dropout
@@ -175,44 +156,40 @@ class VanillaTransformerAttention(nn.Module):
         self.v_proj = nn.Linear(config.d_model, config.d_model)
         self.out_proj = nn.Linear(config.d_model, config.d_model)
 
+    def split_heads(self, states: torch.Tensor, padding: Padding) -> torch.Tensor:
+        """Packed (n, d) or (b, t, d) -> (b, h, t, dh)."""
+        states = padding.unpack(states)
+        return states.view(*states.shape[:2], -1, self.head_dim).transpose(1, 2)
+
     def forward(
         self,
-        hidden_states: torch.Tensor,  # (b, t, d)
-        key_value_states: torch.Tensor | None = None,  # encoder output (b, s, d) for cross-attention
-        past_key_values: EncoderDecoderCache | None = None,
+        hidden_states: torch.Tensor,  # (n, d) packed, or (b, t, d)
+        key_value_states: torch.Tensor | None = None,  # the encoder output, for cross-attention
         attention_mask: torch.Tensor | None = None,
-        token_index: torch.Tensor | None = None,  # real tokens of `hidden_states` (see `_on_tokens`)
-        key_token_index: torch.Tensor | None = None,  # real tokens of `key_value_states`
+        past_key_values: EncoderDecoderCache | None = None,
+        padding: Padding = NO_PADDING,
+        key_value_padding: Padding = NO_PADDING,
         **kwargs,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         is_cross_attention = key_value_states is not None
-        input_shape = hidden_states.shape[:-1]
-        tokens = _unpad(hidden_states, token_index)  # gathered once for the query, key and value projections
-        query = _repad(self.q_proj(tokens), token_index, input_shape)
-        query = query.view(*input_shape, -1, self.head_dim).transpose(1, 2)  # (b, h, t, dh)
-
-        cache = None
-        if past_key_values is not None:
-            cache = (
-                past_key_values.cross_attention_cache if is_cross_attention else past_key_values.self_attention_cache
-            )
-        if is_cross_attention and cache is not None and past_key_values.is_updated.get(self.layer_idx):
-            # The encoder output does not change during generation: its keys/values are projected once.
-            key, value = cache.layers[self.layer_idx].keys, cache.layers[self.layer_idx].values
+        query = self.split_heads(self.q_proj(hidden_states), padding)
+        if is_cross_attention and past_key_values is not None and past_key_values.is_updated.get(self.layer_idx):
+            # The encoder output does not change during generation: its keys and values are projected once.
+            layer = past_key_values.cross_attention_cache.layers[self.layer_idx]
+            key, value = layer.keys, layer.values
         else:
-            source_index = key_token_index if is_cross_attention else token_index
-            source_shape = (key_value_states if is_cross_attention else hidden_states).shape[:-1]
-            source = _unpad(key_value_states, source_index) if is_cross_attention else tokens
-            kv_shape = (*source_shape, -1, self.head_dim)
-            key = (
-                _repad(self.k_proj(source), source_index, source_shape).view(kv_shape).transpose(1, 2)
-            )  # (b, h, k, dh)
-            value = _repad(self.v_proj(source), source_index, source_shape).view(kv_shape).transpose(1, 2)
-            if cache is not None:
+            source, source_padding = (
+                (key_value_states, key_value_padding) if is_cross_attention else (hidden_states, padding)
+            )
+            key = self.split_heads(self.k_proj(source), source_padding)  # (b, h, k, dh)
+            value = self.split_heads(self.v_proj(source), source_padding)
+            if past_key_values is not None:
+                cache = past_key_values  # a plain cache in decoder-only models
+                if isinstance(cache, EncoderDecoderCache):
+                    cache = cache.cross_attention_cache if is_cross_attention else cache.self_attention_cache
                 key, value = cache.update(key, value, self.layer_idx)
                 if is_cross_attention:
                     past_key_values.is_updated[self.layer_idx] = True
-
         attention_interface: Callable = ALL_ATTENTION_FUNCTIONS.get_interface(
             self.config._attn_implementation, eager_attention_forward
         )
@@ -226,7 +203,8 @@ class VanillaTransformerAttention(nn.Module):
             scaling=self.scaling,
             **kwargs,
         )
-        return _on_tokens(self.out_proj, output.reshape(*input_shape, -1), token_index), weights
+        output = padding.pack(output.reshape(*output.shape[:2], -1))  # (b, t, h, dh) -> packed (n, d)
+        return self.out_proj(output), weights
 
 
 class VanillaTransformerLayer(GradientCheckpointingLayer):
@@ -245,13 +223,13 @@ class VanillaTransformerLayer(GradientCheckpointingLayer):
         self.fc2 = nn.Linear(ffn_dim, config.d_model)
         self.final_layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
 
-    def residual(self, hidden_states: torch.Tensor, layer_norm: nn.LayerNorm, sublayer: Callable) -> torch.Tensor:
+    def residual(self, layer_norm: nn.LayerNorm, hidden_states: torch.Tensor, sublayer: Callable, *args, **kwargs):
         """Post-norm `LayerNorm(x + Dropout(Sublayer(x)))` (section 5.4), or pre-norm `x + Dropout(Sublayer(LayerNorm(x)))`."""
-        if self.norm_first:
-            output = sublayer(layer_norm(hidden_states))
-            return hidden_states + nn.functional.dropout(output, p=self.dropout, training=self.training)
-        output = sublayer(hidden_states)
-        return layer_norm(hidden_states + nn.functional.dropout(output, p=self.dropout, training=self.training))
+        output = sublayer(layer_norm(hidden_states) if self.norm_first else hidden_states, *args, **kwargs)
+        if isinstance(output, tuple):  # attention also returns its weights (recorded by `capture_outputs`)
+            output = output[0]
+        hidden_states = hidden_states + nn.functional.dropout(output, p=self.dropout, training=self.training)
+        return hidden_states if self.norm_first else layer_norm(hidden_states)
 
     def feed_forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
         """FFN(x) = max(0, x W1 + b1) W2 + b2 (section 3.3)."""
@@ -267,20 +245,16 @@ class VanillaTransformerEncoderLayer(VanillaTransformerLayer):
         self.self_attn_layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
         self.add_feed_forward(config, config.encoder_ffn_dim)
 
-    def forward(
-        self,
-        hidden_states: torch.Tensor,
-        attention_mask: torch.Tensor | None = None,
-        token_index: torch.Tensor | None = None,
-        **kwargs,
-    ) -> torch.Tensor:
-        def self_attention(x):
-            return self.self_attn(x, attention_mask=attention_mask, token_index=token_index, **kwargs)[0]
-
-        hidden_states = self.residual(hidden_states, self.self_attn_layer_norm, self_attention)
-        return self.residual(
-            hidden_states, self.final_layer_norm, lambda x: _on_tokens(self.feed_forward, x, token_index)
+    def forward(self, hidden_states, attention_mask=None, padding: Padding = NO_PADDING, **kwargs) -> torch.Tensor:
+        hidden_states = self.residual(
+            self.self_attn_layer_norm,
+            hidden_states,
+            self.self_attn,
+            attention_mask=attention_mask,
+            padding=padding,
+            **kwargs,
         )
+        return self.residual(self.final_layer_norm, hidden_states, self.feed_forward)
 
 
 class VanillaTransformerDecoderLayer(VanillaTransformerLayer):
@@ -288,42 +262,44 @@ class VanillaTransformerDecoderLayer(VanillaTransformerLayer):
         super().__init__(config)
         self.self_attn = VanillaTransformerAttention(config, config.decoder_attention_heads, True, layer_idx)
         self.self_attn_layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
-        self.encoder_attn = VanillaTransformerAttention(config, config.decoder_attention_heads, False, layer_idx)
-        self.encoder_attn_layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
+        if config.is_encoder_decoder:  # decoder-only models have no encoder to attend to
+            self.encoder_attn = VanillaTransformerAttention(config, config.decoder_attention_heads, False, layer_idx)
+            self.encoder_attn_layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
         self.add_feed_forward(config, config.decoder_ffn_dim)
 
     def forward(
         self,
         hidden_states: torch.Tensor,
-        attention_mask: torch.Tensor | None = None,
-        encoder_hidden_states: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None,
+        encoder_hidden_states: torch.Tensor | None = None,  # positional, so reentrant gradient checkpointing sees it
         encoder_attention_mask: torch.Tensor | None = None,
         past_key_values: EncoderDecoderCache | None = None,
-        token_index: torch.Tensor | None = None,
-        encoder_token_index: torch.Tensor | None = None,
+        padding: Padding = NO_PADDING,
+        encoder_padding: Padding = NO_PADDING,
         **kwargs,
     ) -> torch.Tensor:
-        def self_attention(x):
-            return self.self_attn(
-                x, past_key_values=past_key_values, attention_mask=attention_mask, token_index=token_index, **kwargs
-            )[0]
-
-        def cross_attention(x):
-            return self.encoder_attn(
-                x,
-                encoder_hidden_states,
-                past_key_values=past_key_values,
-                attention_mask=encoder_attention_mask,
-                token_index=token_index,
-                key_token_index=encoder_token_index,
-                **kwargs,
-            )[0]
-
-        hidden_states = self.residual(hidden_states, self.self_attn_layer_norm, self_attention)
-        hidden_states = self.residual(hidden_states, self.encoder_attn_layer_norm, cross_attention)
-        return self.residual(
-            hidden_states, self.final_layer_norm, lambda x: _on_tokens(self.feed_forward, x, token_index)
+        hidden_states = self.residual(
+            self.self_attn_layer_norm,
+            hidden_states,
+            self.self_attn,
+            attention_mask=attention_mask,
+            past_key_values=past_key_values,
+            padding=padding,
+            **kwargs,
         )
+        if encoder_hidden_states is not None:  # not in decoder-only models
+            hidden_states = self.residual(
+                self.encoder_attn_layer_norm,
+                hidden_states,
+                self.encoder_attn,
+                encoder_hidden_states,
+                attention_mask=encoder_attention_mask,
+                past_key_values=past_key_values,
+                padding=padding,
+                key_value_padding=encoder_padding,
+                **kwargs,
+            )
+        return self.residual(self.final_layer_norm, hidden_states, self.feed_forward)
 
 
 class VanillaTransformerPreTrainedModel(PreTrainedModel):
@@ -338,6 +314,12 @@ class VanillaTransformerPreTrainedModel(PreTrainedModel):
     _supports_flex_attn = True
     _supports_attention_backend = True
     _can_compile_fullgraph = True
+
+    def post_init(self):
+        super().post_init()
+        # Tied copies are not saved (only their source). Listed here, `Trainer` re-ties them on resume instead of
+        # warning about missing keys.
+        self._keys_to_ignore_on_save |= set(self.all_tied_weights_keys)
 
     @torch.no_grad()
     def _init_weights(self, module: nn.Module):
@@ -367,25 +349,89 @@ class VanillaTransformerPreTrainedModel(PreTrainedModel):
     def from_pretrained(cls, pretrained_model_name_or_path, *args, **kwargs):
         try:
             return super().from_pretrained(pretrained_model_name_or_path, *args, **kwargs)
-        except Exception as error:
-            if type(error).__name__ != "SafetensorError":
-                raise
+        except SafetensorError as error:  # transformers passes it on without naming the folder
             raise OSError(
                 f"The safetensors weights of {pretrained_model_name_or_path} cannot be read ({error}): the file is "
                 "corrupt or only partially downloaded (a git-lfs pointer, an interrupted copy). Download it again."
             ) from error
 
     def save_pretrained(self, save_directory, *args, **kwargs):
-        if self._auto_class is not None:
-            # transformers maps only the saved class; map both so that AutoModel and AutoModelForSeq2SeqLM load the
-            # folder as remote code, whichever of the two saved it.
+        if self._auto_class in ("AutoModel", "AutoModelForSeq2SeqLM"):
+            # transformers copies the code files and maps only the saved class. Map both encoder-decoder classes, so
+            # that AutoModel and AutoModelForSeq2SeqLM load the folder as remote code whichever of them saved it, and
+            # name the pipeline, so that pipeline("translation", model=folder, trust_remote_code=True) works without
+            # this package.
             module = self.__class__.__module__.rsplit(".", 1)[-1]
             self.config.auto_map = {
                 **(getattr(self.config, "auto_map", None) or {}),
                 "AutoModel": f"{module}.VanillaTransformerModel",
                 "AutoModelForSeq2SeqLM": f"{module}.VanillaTransformerForConditionalGeneration",
             }
-        return super().save_pretrained(save_directory, *args, **kwargs)
+            self.config.custom_pipelines = CUSTOM_PIPELINES
+        super().save_pretrained(save_directory, *args, **kwargs)
+        if kwargs.get("is_main_process", True):
+            # safetensors (0.8) writes the weights through a temporary file of mode 0600 renamed into place; give them
+            # the mode the process umask gives every other file saved here. Reading the umask means setting it.
+            umask = os.umask(0o077)
+            os.umask(umask)
+            for name in os.listdir(save_directory):
+                if name.endswith(".safetensors"):
+                    os.chmod(os.path.join(save_directory, name), 0o666 & ~umask)
+
+
+def check_inputs(config, name: str, input_ids, inputs_embeds, attention_mask, past_length=0) -> None:
+    """Every check of a stack's inputs, with errors that name the argument (`name`: "input_ids" or
+    "decoder_input_ids") instead of an `IndexError` deep inside. Ids that `generate()` produced (`past_length > 0`)
+    are in range by construction."""
+    if (input_ids is None) == (inputs_embeds is None):
+        raise ValueError(f"Pass exactly one of `{name}` or `{name.replace('input_ids', 'inputs_embeds')}`.")
+    if input_ids is not None:
+        if input_ids.dtype.is_floating_point or input_ids.dtype.is_complex or input_ids.dtype == torch.bool:
+            raise TypeError(f"`{name}` must hold integer token ids (torch.long), got dtype {input_ids.dtype}.")
+        if input_ids.dim() != 2:
+            raise ValueError(f"`{name}` must have shape (batch_size, sequence_length), got {tuple(input_ids.shape)}.")
+        if input_ids.shape[1] == 0:
+            raise ValueError(f"`{name}` is empty (sequence length 0): every sequence needs a token, e.g. EOS.")
+        if isinstance(past_length, int) and past_length == 0:
+            _assert_token_ids(input_ids, name, config.vocab_size)
+    if not isinstance(past_length, int):  # a static cache's length is a tensor: nothing more to check per step
+        return
+    batch_size, length = (input_ids if input_ids is not None else inputs_embeds).shape[:2]
+    expected = (batch_size, past_length + length)
+    if attention_mask is not None and attention_mask.dim() != 4 and tuple(attention_mask.shape) != expected:
+        raise ValueError(
+            f"`{name.replace('input_ids', 'attention_mask')}` must have shape (batch_size, sequence_length) = "
+            f"{expected} with 1 for real tokens and 0 for padding, got {tuple(attention_mask.shape)}."
+        )
+    if past_length + length > config.max_position_embeddings:
+        raise ValueError(
+            f"The {'target' if name.startswith('decoder') else 'source'} sequence has {past_length + length} positions "
+            f"but the model supports at most max_position_embeddings={config.max_position_embeddings}; truncate the "
+            "input (e.g. tokenizer(..., truncation=True)) or generate fewer tokens."
+        )
+
+
+def check_labels(config, labels: torch.Tensor, batch_size: int | None) -> None:
+    if labels.dtype.is_floating_point or labels.dtype == torch.bool:
+        raise TypeError(f"`labels` must hold integer token ids (torch.long), got dtype {labels.dtype}.")
+    if batch_size is not None and labels.shape[0] != batch_size:
+        raise ValueError(f"`labels` has batch size {labels.shape[0]} but the source has batch size {batch_size}.")
+    _assert_token_ids(labels, "labels", config.vocab_size)
+
+
+def _assert_token_ids(ids: torch.Tensor, name: str, vocab_size: int) -> None:
+    if is_torchdynamo_compiling():
+        return
+    valid = ((ids >= 0) & (ids < vocab_size)) | ((ids == -100) if name == "labels" else False)
+    try:
+        torch._assert_async(valid.all())  # raises here on CPU; elsewhere checked on the device, without a stall
+    except RuntimeError:
+        bad = int(ids[~valid][0])
+        if name == "labels":
+            raise ValueError(
+                f"`labels` contains token id {bad}: labels must be in [0, {vocab_size}) or -100."
+            ) from None
+        raise ValueError(f"`{name}` contains token id {bad}, outside the vocabulary [0, {vocab_size}).") from None
 
 
 def _position_ids(attention_mask: torch.Tensor | None, length: int, past_length, device) -> torch.Tensor:
@@ -395,43 +441,49 @@ def _position_ids(attention_mask: torch.Tensor | None, length: int, past_length,
     return (torch.arange(length, device=device) + past_length).unsqueeze(0)  # (1, t)
 
 
-def _check_length(name: str, length, config: VanillaTransformerConfig):
-    if not is_torchdynamo_compiling() and int(length) > config.max_position_embeddings:
-        raise ValueError(
-            f"{name} has {int(length)} positions but the model supports at most max_position_embeddings="
-            f"{config.max_position_embeddings}; truncate the input (e.g. tokenizer(..., truncation=True)) or "
-            "generate fewer tokens."
-        )
-
-
 class VanillaTransformerStack(VanillaTransformerPreTrainedModel):
     """What the encoder and the decoder share: token embeddings x sqrt(d_model) + sinusoidal positions (sections 3.4,
-    3.5), with dropout on the sum (section 5.4), a stack of layers, and the final LayerNorm of pre-norm stacks."""
+    3.5), with dropout on the sum (section 5.4), a stack of layers, and a final LayerNorm (pre-norm stacks)."""
 
     def __init__(self, config: VanillaTransformerConfig, layers: list[nn.Module]):
         super().__init__(config)
-        self.embed_scale = math.sqrt(config.d_model) if config.scale_embedding else 1.0
+        self.embed_scale = config.d_model**0.5 if config.scale_embedding else 1.0
         self.embed_tokens = nn.Embedding(config.vocab_size, config.d_model, config.pad_token_id)
         self.embed_positions = VanillaTransformerSinusoidalPositionalEncoding(config.d_model)
         self.layers = nn.ModuleList(layers)
         self.layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps) if config.stack_layer_norm else None
         self.post_init()
 
-    def embed(self, input_ids, inputs_embeds, attention_mask, past_length=0, prefix="", check_range=True):
-        """(b, t) ids or (b, t, d) unscaled embeddings -> (b, t, d) input of the first layer; `prefix` names the
-        arguments in errors ("" for the source, "decoder_" for the target)."""
-        if (input_ids is None) == (inputs_embeds is None):
-            raise ValueError(f"Pass exactly one of `{prefix}input_ids` or `{prefix}inputs_embeds`.")
-        _check_token_ids(input_ids, f"{prefix}input_ids", self.config, check_range)
+    def embed(self, input_ids, inputs_embeds, attention_mask, past_length=0, name="input_ids") -> torch.Tensor:
+        """(b, t) ids or (b, t, d) unscaled embeddings -> (b, t, d) input of the first layer."""
+        check_inputs(self.config, name, input_ids, inputs_embeds, attention_mask, past_length)
         if inputs_embeds is None:
             inputs_embeds = self.embed_tokens(input_ids)
         inputs_embeds = inputs_embeds.to(self.embed_tokens.weight.dtype)  # e.g. float32 embeddings into a half model
-        batch_size, length = inputs_embeds.shape[:2]
-        _check_padding_mask(attention_mask, f"{prefix}attention_mask", batch_size, past_length + length)
-        _check_length("The target sequence" if prefix else "The source sequence", past_length + length, self.config)
-        position_ids = _position_ids(attention_mask, length, past_length, inputs_embeds.device)
+        position_ids = _position_ids(attention_mask, inputs_embeds.shape[1], past_length, inputs_embeds.device)
         hidden_states = inputs_embeds * self.embed_scale + self.embed_positions(position_ids).to(inputs_embeds.dtype)
         return nn.functional.dropout(hidden_states, p=self.config.dropout, training=self.training)
+
+    def padding(self, attention_mask: torch.Tensor | None, padding: Padding | None, kwargs: dict) -> Padding:
+        """The stack's `Padding`, unless recorded per-layer hidden states must keep their (b, t, d) shape."""
+        if kwargs.get("output_hidden_states", self.config.output_hidden_states):
+            return Padding(attention_mask, pack=False)
+        return padding if padding is not None else Padding(attention_mask)
+
+    def padding_mask(self, hidden_states: torch.Tensor, padding: Padding, key_states=None) -> torch.Tensor | None:
+        """The attention mask that hides `padding`'s padded keys (of `key_states`, else of `hidden_states`)."""
+        return create_bidirectional_mask(
+            config=self.config,
+            inputs_embeds=hidden_states,
+            attention_mask=padding.attention_mask,
+            encoder_hidden_states=key_states,
+            allow_is_bidirectional_skip=padding.attention_mask is None,  # known already: no synchronisation
+        )
+
+    def finish(self, hidden_states: torch.Tensor, padding: Padding) -> torch.Tensor:
+        if self.layer_norm is not None:
+            hidden_states = self.layer_norm(hidden_states)
+        return padding.unpack(hidden_states)  # (b, t, d)
 
 
 class VanillaTransformerEncoder(VanillaTransformerStack):
@@ -452,18 +504,16 @@ class VanillaTransformerEncoder(VanillaTransformerStack):
         input_ids: torch.LongTensor | None = None,  # (b, s)
         attention_mask: torch.Tensor | None = None,  # (b, s)
         inputs_embeds: torch.Tensor | None = None,  # (b, s, d), unscaled like `embed_tokens(input_ids)`
+        padding: Padding | None = None,  # `Padding(attention_mask)`, when the caller already has it
         **kwargs: Unpack[TransformersKwargs],
     ) -> BaseModelOutput:
         hidden_states = self.embed(input_ids, inputs_embeds, attention_mask)
-        token_index = _real_token_index(attention_mask)
-        attention_mask = create_bidirectional_mask(
-            config=self.config, inputs_embeds=hidden_states, attention_mask=attention_mask
-        )
+        padding = self.padding(attention_mask, padding, kwargs)
+        attention_mask = self.padding_mask(hidden_states, padding)
+        hidden_states = padding.pack(hidden_states)
         for encoder_layer in self.layers:
-            hidden_states = encoder_layer(hidden_states, attention_mask, token_index=token_index, **kwargs)
-        if self.layer_norm is not None:
-            hidden_states = self.layer_norm(hidden_states)
-        return BaseModelOutput(last_hidden_state=hidden_states)
+            hidden_states = encoder_layer(hidden_states, attention_mask, padding=padding, **kwargs)
+        return BaseModelOutput(last_hidden_state=self.finish(hidden_states, padding))
 
 
 class VanillaTransformerDecoder(VanillaTransformerStack):
@@ -489,58 +539,79 @@ class VanillaTransformerDecoder(VanillaTransformerStack):
         past_key_values: EncoderDecoderCache | None = None,
         inputs_embeds: torch.Tensor | None = None,  # (b, t, d), unscaled
         use_cache: bool | None = None,
+        padding: Padding | None = None,  # of the new target tokens, when the caller already has it
+        encoder_padding: Padding | None = None,  # `Padding(encoder_attention_mask)`, when the caller already has it
         **kwargs: Unpack[TransformersKwargs],
     ) -> BaseModelOutputWithPastAndCrossAttentions:
-        if encoder_hidden_states is None:
-            raise ValueError("The decoder needs `encoder_hidden_states`: pass `input_ids` or `encoder_outputs`.")
-        if use_cache and past_key_values is None:
-            past_key_values = EncoderDecoderCache(DynamicCache(config=self.config), DynamicCache(config=self.config))
-        past_length = past_key_values.get_seq_length() if past_key_values is not None else 0
-        # Ids produced by generation are in range by construction; checking once, before the cache fills, avoids a
-        # device synchronisation at every decoding step.
-        check_range = is_torchdynamo_compiling() or past_length == 0
-        hidden_states = self.embed(input_ids, inputs_embeds, attention_mask, past_length, "decoder_", check_range)
-        batch_size, length = hidden_states.shape[:2]
-        if encoder_hidden_states.shape[0] != batch_size:
+        if (encoder_hidden_states is None) == self.config.is_encoder_decoder:
             raise ValueError(
-                f"The decoder inputs have batch size {batch_size} but the encoder outputs have batch size "
-                f"{encoder_hidden_states.shape[0]}: source and target batches must match."
+                "The decoder needs `encoder_hidden_states`: pass `input_ids` or `encoder_outputs`."
+                if self.config.is_encoder_decoder
+                else "A decoder-only model (`config.is_encoder_decoder=False`) takes no `encoder_hidden_states`."
             )
-        _check_padding_mask(encoder_attention_mask, "attention_mask", batch_size, encoder_hidden_states.shape[1])
-
-        token_index = _real_token_index(attention_mask[:, -length:] if attention_mask is not None else None)
-        cross_cached = past_key_values is not None and past_key_values.is_updated.get(0, False)
-        encoder_token_index = (
-            None if cross_cached else _real_token_index(encoder_attention_mask)
-        )  # for K/V projections
-        self_attention_cache = past_key_values.self_attention_cache if past_key_values is not None else None
-        causal_mask = create_causal_mask(
-            config=self.config,
-            inputs_embeds=hidden_states,
-            attention_mask=attention_mask,
-            past_key_values=self_attention_cache,
-        )
-        encoder_attention_mask = create_bidirectional_mask(
-            config=self.config,
-            inputs_embeds=hidden_states,
-            attention_mask=encoder_attention_mask,
-            encoder_hidden_states=encoder_hidden_states,
-        )
+        if use_cache and past_key_values is None:
+            past_key_values = DynamicCache(config=self.config)
+            if self.config.is_encoder_decoder:
+                past_key_values = EncoderDecoderCache(past_key_values, DynamicCache(config=self.config))
+        past_length = past_key_values.get_seq_length() if past_key_values is not None else 0
+        hidden_states = self.embed(input_ids, inputs_embeds, attention_mask, past_length, "decoder_input_ids")
+        if attention_mask is not None and attention_mask.dim() == 2:
+            padding = self.padding(attention_mask[:, -hidden_states.shape[1] :], padding, kwargs)  # new tokens
+        else:
+            padding = self.padding(attention_mask, padding, kwargs)
+        causal_mask = self.causal_mask(hidden_states, attention_mask, padding, past_key_values, past_length)
+        encoder_states, cross_attention_mask = None, None
+        if encoder_hidden_states is not None:
+            encoder_states, cross_attention_mask, encoder_padding = self.cross_attention_inputs(
+                hidden_states, encoder_hidden_states, encoder_attention_mask, encoder_padding, past_key_values
+            )
+        hidden_states = padding.pack(hidden_states)
         for decoder_layer in self.layers:
             hidden_states = decoder_layer(
                 hidden_states,
                 causal_mask,
-                encoder_hidden_states,  # positional, so that reentrant gradient checkpointing sees it
-                encoder_attention_mask=encoder_attention_mask,
+                encoder_states,
+                cross_attention_mask,
                 past_key_values=past_key_values,
-                token_index=token_index,
-                encoder_token_index=encoder_token_index,
+                padding=padding,
+                encoder_padding=encoder_padding,
                 **kwargs,
             )
-        if self.layer_norm is not None:
-            hidden_states = self.layer_norm(hidden_states)
+        hidden_states = self.finish(hidden_states, padding)
         return BaseModelOutputWithPastAndCrossAttentions(
             last_hidden_state=hidden_states, past_key_values=past_key_values
+        )
+
+    def cross_attention_inputs(
+        self, hidden_states, encoder_hidden_states, encoder_attention_mask, encoder_padding, cache
+    ):
+        """The packed encoder output (for the keys and values, while they are not cached), its mask and `Padding`."""
+        if encoder_hidden_states.shape[0] != hidden_states.shape[0]:
+            raise ValueError(
+                f"The decoder inputs have batch size {hidden_states.shape[0]} but the encoder outputs have batch size "
+                f"{encoder_hidden_states.shape[0]}: source and target batches must match."
+            )
+        check_inputs(self.config, "input_ids", None, encoder_hidden_states, encoder_attention_mask)
+        encoder_padding = encoder_padding if encoder_padding is not None else Padding(encoder_attention_mask)
+        mask = self.padding_mask(hidden_states, encoder_padding, encoder_hidden_states)
+        if cache is not None and cache.is_updated.get(0, False):
+            return encoder_hidden_states, mask, encoder_padding  # keys and values are cached: the states are unused
+        return encoder_padding.pack(encoder_hidden_states), mask, encoder_padding
+
+    def causal_mask(self, hidden_states, attention_mask, padding: Padding, past_key_values, past_length):
+        """The self-attention mask over cached + new tokens, or `None` where the kernel's causal rule is enough."""
+        no_past = isinstance(past_length, int) and past_length == 0  # a static cache's length is a tensor
+        if no_past:
+            attention_mask = padding.attention_mask  # known already: no synchronisation to find out
+        cache = getattr(past_key_values, "self_attention_cache", past_key_values)
+        if attention_mask is None and hidden_states.shape[1] == 1 and not getattr(cache, "is_compileable", False):
+            return None  # one new token may see every cached one (a static cache would also hold empty slots)
+        return create_causal_mask(
+            config=self.config,
+            inputs_embeds=hidden_states,
+            attention_mask=attention_mask,
+            past_key_values=cache,
+            allow_is_causal_skip=attention_mask is None or not no_past,
         )
 
 
@@ -585,18 +656,21 @@ class VanillaTransformerModel(VanillaTransformerPreTrainedModel):
         inputs_embeds: torch.Tensor | None = None,
         decoder_inputs_embeds: torch.Tensor | None = None,
         use_cache: bool | None = None,
+        decoder_padding: Padding | None = None,  # `Padding(decoder_attention_mask)`, when the caller already has it
         **kwargs: Unpack[TransformersKwargs],
     ) -> Seq2SeqModelOutput:
+        source_padding = None
         if encoder_outputs is None:
+            source_padding = Padding(attention_mask)  # shared by the encoder and the decoder's cross-attention
             encoder_outputs = self.encoder(
-                input_ids=input_ids, attention_mask=attention_mask, inputs_embeds=inputs_embeds, **kwargs
+                input_ids=input_ids,
+                attention_mask=attention_mask,
+                inputs_embeds=inputs_embeds,
+                padding=source_padding,
+                **kwargs,
             )
         elif not isinstance(encoder_outputs, BaseModelOutput):
-            encoder_outputs = BaseModelOutput(
-                last_hidden_state=encoder_outputs[0],
-                hidden_states=encoder_outputs[1] if len(encoder_outputs) > 1 else None,
-                attentions=encoder_outputs[2] if len(encoder_outputs) > 2 else None,
-            )
+            encoder_outputs = BaseModelOutput(*encoder_outputs)
         if past_key_values is not None and not isinstance(past_key_values, EncoderDecoderCache):
             raise TypeError(
                 f"`past_key_values` must be an `EncoderDecoderCache`, got {type(past_key_values).__name__}."
@@ -610,6 +684,8 @@ class VanillaTransformerModel(VanillaTransformerPreTrainedModel):
             past_key_values=past_key_values,
             inputs_embeds=decoder_inputs_embeds,
             use_cache=use_cache,
+            padding=decoder_padding,
+            encoder_padding=source_padding,
             **kwargs,
         )
         return Seq2SeqModelOutput(
@@ -625,7 +701,13 @@ class VanillaTransformerModel(VanillaTransformerPreTrainedModel):
 
 
 class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedModel, GenerationMixin):
-    """[`VanillaTransformerModel`] plus the output projection tied to the shared embeddings, a loss and `generate()`."""
+    """[`VanillaTransformerModel`] plus the output projection tied to the shared embeddings, a loss and `generate()`.
+
+    `labels` (b, t) are the target ids, -100 where there is no target; without `decoder_input_ids` the decoder reads
+    them shifted right behind `decoder_start_token_id`. The loss is label smoothed by `config.label_smoothing`. In
+    training mode the decoder skips the positions after each row's last target (unless `decoder_attention_mask` says
+    otherwise) and only real target positions are projected to the vocabulary: the logits of the others are 0.
+    """
 
     _tied_weights_keys = {"lm_head.weight": "model.shared.weight"}
 
@@ -643,6 +725,14 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
 
     def prepare_decoder_input_ids_from_labels(self, labels: torch.Tensor) -> torch.Tensor:
         return shift_tokens_right(labels, self.config.pad_token_id, self.config.decoder_start_token_id)
+
+    def _prepare_generated_length(self, generation_config, has_default_max_length, *args, **kwargs):
+        input_ids_length, inputs_tensor = kwargs["input_ids_length"], kwargs["inputs_tensor"]
+        if has_default_max_length and generation_config.max_new_tokens is None and inputs_tensor is not None:
+            # The paper's length limit (section 6.1), source length + 50, rather than transformers' fixed 20 tokens.
+            capacity = self.config.max_position_embeddings - input_ids_length
+            generation_config.max_new_tokens = min(inputs_tensor.shape[1] + 50, capacity)
+        return super()._prepare_generated_length(generation_config, has_default_max_length, *args, **kwargs)
 
     def _validate_generated_length(self, generation_config, input_ids_length, has_default_max_length):
         super()._validate_generated_length(generation_config, input_ids_length, has_default_max_length)
@@ -669,19 +759,18 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
         use_cache: bool | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> Seq2SeqLMOutput:
-        r"""
-        labels (`torch.LongTensor` of shape `(batch_size, target_length)`, *optional*):
-            Target token ids; -100 marks positions without a target. Without `decoder_input_ids`, the decoder reads the
-            labels shifted right behind `decoder_start_token_id`. In training mode, positions without a target are
-            not projected to the vocabulary (their logits are 0): the loss does not need them. The loss is label
-            smoothed by `config.label_smoothing`.
-        """
         num_items_in_batch = kwargs.pop("num_items_in_batch", None)
+        target_padding = None
         if labels is not None:
-            _check_labels(labels, input_ids if input_ids is not None else inputs_embeds, self.config)
+            source = input_ids if input_ids is not None else inputs_embeds
+            check_labels(self.config, labels, source.shape[0] if source is not None else None)
             use_cache = False
             if decoder_input_ids is None and decoder_inputs_embeds is None:
                 decoder_input_ids = self.prepare_decoder_input_ids_from_labels(labels)
+            if self.training:
+                if decoder_attention_mask is None:  # a causal decoder never needs what follows a row's last target
+                    decoder_attention_mask = (labels != -100).flip(-1).cummax(-1).values.flip(-1).long()
+                target_padding = Padding(decoder_attention_mask)  # shared with the decoder
 
         outputs: Seq2SeqModelOutput = self.model(
             input_ids,
@@ -693,62 +782,140 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
             inputs_embeds=inputs_embeds,
             decoder_inputs_embeds=decoder_inputs_embeds,
             use_cache=use_cache,
+            decoder_padding=target_padding,
             **kwargs,
         )
         hidden_states, loss = outputs.last_hidden_state, None
-        label_index = _real_token_index(labels != -100) if labels is not None and self.training else None
-        if label_index is not None:
-            # Training: project only the positions that have a target, and take the loss on those rows directly.
-            target_logits = self.lm_head(hidden_states.flatten(0, 1).index_select(0, label_index))  # (n, v)
-            loss = seq2seq_cross_entropy(
-                target_logits, labels.flatten()[label_index], num_items_in_batch, self.config.label_smoothing
-            )
-            logits = _repad(target_logits, label_index, hidden_states.shape[:-1])
+        if target_padding is not None:  # project and score the real target positions only
+            logits = self.lm_head(target_padding.pack(hidden_states))  # (n, v)
+            loss = token_cross_entropy(logits, target_padding.pack(labels), num_items_in_batch, self.config)
+            logits = target_padding.unpack(logits)
         else:
             logits = self.lm_head(hidden_states)  # (b, t, v)
             if labels is not None:
-                loss = seq2seq_cross_entropy(logits, labels, num_items_in_batch, self.config.label_smoothing)
-        return Seq2SeqLMOutput(
+                loss = token_cross_entropy(logits, labels, num_items_in_batch, self.config)
+        other_outputs = {name: value for name, value in outputs.items() if name != "last_hidden_state"}
+        return Seq2SeqLMOutput(loss=loss, logits=logits, **other_outputs)
+
+
+class VanillaTransformerForCausalLM(VanillaTransformerPreTrainedModel, GenerationMixin):
+    """The decoder stack alone, GPT-style (`config.is_encoder_decoder=False`): masked self-attention and feed-forward
+    layers, no cross-attention, and the output projection tied to the token embeddings."""
+
+    _tied_weights_keys = {"lm_head.weight": "model.embed_tokens.weight"}
+
+    def __init__(self, config: VanillaTransformerConfig):
+        super().__init__(config)
+        if config.is_encoder_decoder:
+            raise ValueError("VanillaTransformerForCausalLM needs a decoder-only config: `is_encoder_decoder=False`.")
+        self.model = VanillaTransformerDecoder(config)
+        self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
+        self.post_init()
+
+    def get_input_embeddings(self) -> nn.Embedding:
+        return self.model.embed_tokens
+
+    def set_input_embeddings(self, value: nn.Embedding):
+        self.model.embed_tokens = value
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,  # (b, t)
+        attention_mask: torch.Tensor | None = None,  # (b, k): cached + new tokens
+        past_key_values: Cache | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        labels: torch.LongTensor | None = None,  # (b, t), the inputs themselves: shifted here; -100 is ignored
+        use_cache: bool | None = None,
+        logits_to_keep: int = 0,  # `generate()` asks for the last position only
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> CausalLMOutputWithPast:
+        num_items_in_batch = kwargs.pop("num_items_in_batch", None)
+        if labels is not None:
+            check_labels(self.config, labels, (input_ids if input_ids is not None else inputs_embeds).shape[0])
+        outputs = self.model(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            past_key_values=past_key_values,
+            inputs_embeds=inputs_embeds,
+            use_cache=use_cache,
+            **kwargs,
+        )
+        hidden_states = outputs.last_hidden_state
+        logits = self.lm_head(hidden_states[:, -logits_to_keep:] if logits_to_keep else hidden_states)  # (b, t, v)
+        loss = None
+        if labels is not None:  # position i predicts token i + 1
+            loss = token_cross_entropy(logits[:, :-1], labels[:, 1:], num_items_in_batch, self.config)
+        return CausalLMOutputWithPast(
             loss=loss,
             logits=logits,
             past_key_values=outputs.past_key_values,
-            decoder_hidden_states=outputs.decoder_hidden_states,
-            decoder_attentions=outputs.decoder_attentions,
-            cross_attentions=outputs.cross_attentions,
-            encoder_last_hidden_state=outputs.encoder_last_hidden_state,
-            encoder_hidden_states=outputs.encoder_hidden_states,
-            encoder_attentions=outputs.encoder_attentions,
+            hidden_states=outputs.hidden_states,
+            attentions=outputs.attentions,
         )
 
 
-def _check_labels(labels: torch.Tensor, source: torch.Tensor | None, config: VanillaTransformerConfig):
-    if labels.dtype.is_floating_point or labels.dtype == torch.bool:
-        raise TypeError(f"`labels` must hold integer token ids (torch.long), got dtype {labels.dtype}.")
-    if source is not None and labels.shape[0] != source.shape[0]:
-        raise ValueError(f"`labels` has batch size {labels.shape[0]} but the source has batch size {source.shape[0]}.")
-    if not is_torchdynamo_compiling():
-        bad = (labels != -100) & ((labels < 0) | (labels >= config.vocab_size))
-        if bad.any():
-            raise ValueError(
-                f"`labels` contains token id {int(labels[bad][0])}: labels must be in [0, {config.vocab_size}) or -100 "
-                "(ignored)."
-            )
+class VanillaTransformerForSequenceClassification(VanillaTransformerPreTrainedModel):
+    """The encoder stack with a linear classifier on the pooled final states (`config.classifier_pooling`: the mean of
+    the real tokens, or the first real token). `config.num_labels` and `config.problem_type` as in transformers:
+    regression for one label, single- or multi-label classification otherwise."""
+
+    def __init__(self, config: VanillaTransformerConfig):
+        super().__init__(config)
+        self.model = VanillaTransformerEncoder(config)
+        self.classifier = nn.Linear(config.d_model, config.num_labels)
+        self.post_init()
+
+    def get_input_embeddings(self) -> nn.Embedding:
+        return self.model.embed_tokens
+
+    def set_input_embeddings(self, value: nn.Embedding):
+        self.model.embed_tokens = value
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,  # (b, s)
+        attention_mask: torch.Tensor | None = None,  # (b, s)
+        inputs_embeds: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,  # (b,) class ids; floats for regression, (b, num_labels) for multi-label
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> SequenceClassifierOutput:
+        num_items_in_batch = kwargs.pop("num_items_in_batch", None)
+        outputs = self.model(input_ids=input_ids, attention_mask=attention_mask, inputs_embeds=inputs_embeds, **kwargs)
+        hidden_states = outputs.last_hidden_state  # (b, s, d)
+        real = torch.ones(hidden_states.shape[:2], device=hidden_states.device)
+        if attention_mask is not None and attention_mask.dim() == 2:
+            real = attention_mask.to(hidden_states.dtype)
+        if self.config.classifier_pooling == "first":
+            first = real.argmax(-1)  # the first real token (argmax returns the first maximum)
+            pooled = hidden_states[torch.arange(hidden_states.shape[0], device=first.device), first]
+        else:
+            pooled = (hidden_states * real.unsqueeze(-1)).sum(1) / real.sum(1, keepdim=True).clamp(min=1)
+        logits = self.classifier(pooled)  # (b, num_labels)
+        loss = None
+        if labels is not None:
+            loss = self.loss_function(labels, logits, self.config, num_items_in_batch=num_items_in_batch)
+        return SequenceClassifierOutput(
+            loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
+        )
 
 
-def seq2seq_cross_entropy(
+def token_cross_entropy(
     logits: torch.Tensor,
     labels: torch.Tensor,
-    num_items_in_batch: torch.Tensor | int | None = None,
-    label_smoothing: float = 0.0,
+    num_items_in_batch: torch.Tensor | int | None,
+    config: VanillaTransformerConfig,
 ) -> torch.Tensor:
-    """Token-level (label-smoothed) cross-entropy over the targets that are not -100, divided by their number.
+    """Token-level cross-entropy, label smoothed by `config.label_smoothing`, over the targets that are not -100.
 
-    `num_items_in_batch` (passed by `Trainer`) is the token count of the whole accumulated batch, so that gradient
-    accumulation gives the same update as one large batch. A batch without any target token has loss 0, not NaN.
+    It is divided by `num_items_in_batch` (passed by `Trainer`: the target count of the whole accumulated batch, so that
+    gradient accumulation gives the update of one large batch), else by the batch's target count. A batch without any
+    target has loss 0, not NaN.
     """
     logits, labels = logits.reshape(-1, logits.shape[-1]), labels.flatten().to(logits.device)
     loss = nn.functional.cross_entropy(
-        logits.float(), labels, ignore_index=-100, reduction="sum", label_smoothing=label_smoothing
+        logits.float(), labels, ignore_index=-100, reduction="sum", label_smoothing=config.label_smoothing
     )
     if num_items_in_batch is None:
         num_items_in_batch = (labels != -100).sum().clamp(min=1)
@@ -761,4 +928,6 @@ __all__ = [
     "VanillaTransformerPreTrainedModel",
     "VanillaTransformerModel",
     "VanillaTransformerForConditionalGeneration",
+    "VanillaTransformerForCausalLM",
+    "VanillaTransformerForSequenceClassification",
 ]

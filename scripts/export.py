@@ -3,6 +3,7 @@
 
     python scripts/export.py ctranslate2 --model_dir outputs/demo-de-en --output_dir outputs/demo-ct2 [--quantization int8]
     python scripts/export.py marian --model_dir outputs/demo-de-en --output_dir outputs/demo-marian
+    python scripts/export.py onnx --model_dir outputs/demo-de-en --output_dir outputs/demo-onnx [--quantize]
 
 Each sub-command is one library function; a setting the target format cannot represent is an error naming it.
 """
@@ -25,6 +26,13 @@ def marian(args: argparse.Namespace) -> Path:
     return export_marian(args.model_dir, args.output_dir)
 
 
+def onnx(args: argparse.Namespace) -> Path:
+    """An ONNX folder in the optimum / transformers.js layout (encoder, merged decoder with key/value cache)."""
+    from hf_vanilla_transformer.export_onnx import export_onnx
+
+    return export_onnx(args.model_dir, args.output_dir, args.quantize, args.model_type)
+
+
 # sub-command -> (function, its own options)
 COMMANDS = {
     "ctranslate2": (
@@ -36,6 +44,17 @@ COMMANDS = {
         },
     ),
     "marian": (marian, {}),
+    "onnx": (
+        onnx,
+        {
+            "--quantize": dict(action="store_true", help="also write dynamic int8 graphs (onnx/*_quantized.onnx)"),
+            "--model_type": dict(
+                default="marian",
+                help="config.json beside the graphs: 'marian' (MarianMT's: transformers.js, post-norm models only; the "
+                "default) or 'vanilla_transformer' (this package's: any model, for ONNX Runtime)",
+            ),
+        },
+    ),
 }
 
 

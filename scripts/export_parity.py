@@ -5,7 +5,7 @@
     python scripts/export_parity.py --model_dir DIR --test_file test.jsonl --source_lang de --target_lang en
 
 Prints a Markdown table: greedy and the model's own beam search (its generation config), for the model itself, the
-MarianMTModel from `to_marian`, and CTranslate2 float32 / int8 exports.
+MarianMTModel from `export_marian`, and CTranslate2 float32 / int8 exports.
 """
 
 import argparse

@@ -130,6 +130,22 @@ def test_greedy_and_beam_search_token_identical(tmp_path, layout):
             assert TOKENIZER.convert_tokens_to_ids(result.hypotheses[0]) == ours, num_beams
 
 
+def test_length_penalty_formula_agrees(tmp_path):
+    """Both engines score a finished beam as sum(log p) / length**length_penalty, the length counting the generated
+    tokens with the end token: CTranslate2's returned scores equal transformers' sequences_scores."""
+    model = saved_model(tmp_path / "model")
+    out = export_ctranslate2(tmp_path / "model", tmp_path / "ct2")
+    translator = ctranslate2.Translator(str(out), device="cpu", intra_threads=1)
+    results = translator.translate_batch(
+        source_tokens(), **translate_options(model.generation_config), return_scores=True
+    )
+    with torch.no_grad():
+        expected = model.generate(
+            **TOKENIZER(SENTENCES, return_tensors="pt", padding=True), output_scores=True, return_dict_in_generate=True
+        ).sequences_scores
+    torch.testing.assert_close(torch.tensor([r.scores[0] for r in results]), expected, atol=1e-4, rtol=0)
+
+
 def test_int8_and_padded_vocabulary(tmp_path):
     """Quantized exports run; a model vocabulary larger than the tokenizer's gets placeholder tokens."""
     saved_model(tmp_path / "model", vocab_size=len(TOKENIZER) + 8)
@@ -209,7 +225,7 @@ def test_parity_table(tmp_path):
         for decoding in ("greedy", "beam 4, length penalty 0.6")
         for engine in (
             "this package (PyTorch)",
-            "MarianMTModel (to_marian)",
+            "MarianMTModel (export_marian)",
             "CTranslate2 float32",
             "CTranslate2 int8",
         )

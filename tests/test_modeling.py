@@ -502,3 +502,43 @@ def test_label_smoothing_matches_transformers_label_smoother():
         for i in range(labels.shape[0])
     ]
     torch.testing.assert_close(sum(rows), out.loss, atol=1e-6, rtol=1e-5)  # gradient accumulation = one batch
+
+
+# --- host synchronisations ------------------------------------------------------------------------------------------
+
+
+class HostReads(torch.overrides.TorchFunctionMode):
+    """Counts the calls that make the host wait for a tensor's values: on an accelerator each one stalls the stream."""
+
+    READS = {"__bool__", "__int__", "__float__", "__index__", "item", "tolist", "cpu", "numpy", "nonzero", "equal"}
+    READS |= {"masked_select", "unique", "unique_consecutive", "allclose", "repeat_interleave"}
+
+    def __init__(self):
+        super().__init__()
+        self.calls = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        name = getattr(func, "__name__", "")
+        boolean_index = name in ("__getitem__", "__setitem__") and any(
+            isinstance(a, torch.Tensor) and a.dtype == torch.bool for a in args[1:2]
+        )
+        if name in self.READS or boolean_index:
+            self.calls.append(name)
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize("decoder_mask", [False, True], ids=["labels-only", "with-decoder-mask"])
+def test_a_training_step_reads_back_only_which_tokens_are_real(decoder_mask):
+    """One read per padded mask (source, target) to pack the real tokens; the input checks and masks add none."""
+    model = make_model(attn_implementation="sdpa", label_smoothing=0.1).train()
+    input_ids, attention_mask, labels = random_batch()
+    batch = dict(input_ids=input_ids, attention_mask=attention_mask, labels=labels)
+    if decoder_mask:
+        batch["decoder_attention_mask"] = (labels != -100).long()
+    with HostReads() as reads:
+        model(**batch).loss.backward()
+    assert reads.calls == ["nonzero", "nonzero"]
+
+    with HostReads() as reads:  # evaluation without masks: nothing to find out
+        model.eval()(input_ids=input_ids, labels=labels)
+    assert reads.calls == []
