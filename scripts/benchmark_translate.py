@@ -118,11 +118,9 @@ def measure(system: str, model: str, source: Path, output: Path, threads: int | 
 
 
 def bleu(hypotheses: list[str], references: list[str]) -> float:
-    import evaluate
+    from hf_vanilla_transformer.training import corpus_scores
 
-    from hf_vanilla_transformer.training import BLEU_CHRF_PATH
-
-    return evaluate.load(BLEU_CHRF_PATH).compute(predictions=hypotheses, references=references)["bleu"]
+    return corpus_scores(hypotheses, references)["bleu"]
 
 
 def cpu_name() -> str:
