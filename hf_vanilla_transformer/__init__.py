@@ -3,6 +3,8 @@
 Importing registers it with the Auto classes, and registers the translation pipeline that transformers 5 removed.
 """
 
+import functools
+
 from transformers import (
     AutoConfig,
     AutoModel,
@@ -10,9 +12,10 @@ from transformers import (
     AutoModelForSeq2SeqLM,
     AutoModelForSequenceClassification,
 )
-from transformers.models.auto import modeling_auto as _modeling_auto
+from transformers.models.auto import modeling_auto
+from transformers.pipelines import PIPELINE_REGISTRY, REMOVED_TASKS
 
-from .configuration_vanilla_transformer import VanillaTransformerConfig
+from .configuration_vanilla_transformer import VanillaTransformerConfig, paper_generation_config
 from .modeling_vanilla_transformer import (
     VanillaTransformerForCausalLM,
     VanillaTransformerForConditionalGeneration,
@@ -20,7 +23,7 @@ from .modeling_vanilla_transformer import (
     VanillaTransformerModel,
     VanillaTransformerPreTrainedModel,
 )
-from .pipeline_translation import TranslationPipeline, register_translation_pipeline
+from .pipeline_translation import TASK_PATTERN, TranslationPipeline
 
 
 __version__ = "0.1.0"
@@ -32,20 +35,51 @@ AutoModelForCausalLM.register(VanillaTransformerConfig, VanillaTransformerForCau
 AutoModelForSequenceClassification.register(
     VanillaTransformerConfig, VanillaTransformerForSequenceClassification, exist_ok=True
 )
-# With an auto class set, save_pretrained copies the code files and writes `auto_map`, so that saved folders load with
-# trust_remote_code=True where this package is not installed.
+# With an auto class set, save_pretrained copies the code files and the model's save_pretrained wires them in
+# `config.json`, so that saved folders load with trust_remote_code=True where this package is not installed.
 VanillaTransformerConfig.register_for_auto_class("AutoConfig")
 VanillaTransformerModel.register_for_auto_class("AutoModel")
 VanillaTransformerForConditionalGeneration.register_for_auto_class("AutoModelForSeq2SeqLM")
 VanillaTransformerForCausalLM.register_for_auto_class("AutoModelForCausalLM")
 VanillaTransformerForSequenceClassification.register_for_auto_class("AutoModelForSequenceClassification")
-# transformers' own test mixins and a few library checks recognise base models and seq2seq heads by class name through
-# these tables; list ours the way a model inside the library is listed.
-_modeling_auto.MODEL_MAPPING_NAMES.setdefault(VanillaTransformerConfig.model_type, "VanillaTransformerModel")
-_modeling_auto.MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES.setdefault(
+
+# transformers has no public registration for these two tables, which user-facing features read by class name:
+# - MODEL_MAPPING_NAMES: `Trainer` refuses a base model (no head, no labels) with a clear error, and transformers' own
+#   model tests (ModelTesterMixin) tell base models from heads with it;
+# - MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES: `Trainer.create_model_card()` and `push_to_hub()` tag the card with
+#   the task (text2text-generation), as for the seq2seq models inside transformers.
+modeling_auto.MODEL_MAPPING_NAMES.setdefault(VanillaTransformerConfig.model_type, "VanillaTransformerModel")
+modeling_auto.MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES.setdefault(
     VanillaTransformerConfig.model_type, "VanillaTransformerForConditionalGeneration"
 )
-register_translation_pipeline()
+
+
+def _register_translation_pipeline():
+    """`pipeline("translation")` and `pipeline("translation_xx_to_yy")` build a [`TranslationPipeline`].
+
+    transformers 5 lists "translation" as a removed task (a `KeyError`) and only knows registered task names, so the
+    task comes off the removed list and `translation_xx_to_yy` names resolve to it. Safe to call repeatedly.
+    """
+    REMOVED_TASKS.pop("translation", None)
+    if PIPELINE_REGISTRY.supported_tasks.get("translation", {}).get("impl") is not TranslationPipeline:
+        PIPELINE_REGISTRY.register_pipeline(
+            "translation", pipeline_class=TranslationPipeline, pt_model=AutoModelForSeq2SeqLM, type="text"
+        )
+    check_task = PIPELINE_REGISTRY.check_task
+    if not hasattr(check_task, "__wrapped__"):
+
+        @functools.wraps(check_task)
+        def check_task_with_languages(task: str):
+            match = TASK_PATTERN.fullmatch(task)
+            if match:
+                name, targeted_task, _ = check_task("translation")
+                return name, targeted_task, match.groups()
+            return check_task(task)
+
+        PIPELINE_REGISTRY.check_task = check_task_with_languages
+
+
+_register_translation_pipeline()
 
 __all__ = [
     "TranslationPipeline",
@@ -55,4 +89,5 @@ __all__ = [
     "VanillaTransformerForSequenceClassification",
     "VanillaTransformerModel",
     "VanillaTransformerPreTrainedModel",
+    "paper_generation_config",
 ]

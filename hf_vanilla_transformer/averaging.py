@@ -1,18 +1,19 @@
 """Checkpoint averaging (section 6.1: the paper averages the last 5 or 20 checkpoints)."""
 
-import re
 import shutil
 from pathlib import Path
 
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file, save
+
+from .errors import InputError
+from .training import checkpoint_folders
 
 
 def last_checkpoints(run_dir: str | Path, n: int) -> list[Path]:
     """The `n` most recent `checkpoint-<step>` folders of a Trainer run, oldest first."""
-    found = [p for p in Path(run_dir).glob("checkpoint-*") if re.fullmatch(r"checkpoint-\d+", p.name)]
-    found.sort(key=lambda p: int(p.name.split("-")[1]))
+    found = checkpoint_folders(run_dir)
     if len(found) < n:
-        raise ValueError(f"Asked to average the last {n} checkpoints but {run_dir} has {len(found)}.")
+        raise InputError(f"Asked to average the last {n} checkpoints but {run_dir} has {len(found)}.")
     return found[-n:]
 
 
@@ -22,20 +23,20 @@ def average_checkpoints(checkpoints: list[str | Path], output_dir: str | Path) -
     Configs, code and tokenizer files are copied from the last checkpoint, so `from_pretrained(output_dir)` loads it.
     """
     if not checkpoints:
-        raise ValueError("No checkpoints to average.")
+        raise InputError("No checkpoints to average.")
     checkpoints = [Path(c) for c in checkpoints]
     total, reference = None, None
     for checkpoint in checkpoints:
         weights_file = checkpoint / "model.safetensors"
         if not weights_file.is_file():
-            raise FileNotFoundError(f"{weights_file} does not exist: average only safetensors checkpoints.")
+            raise InputError(f"{weights_file} does not exist: average only safetensors checkpoints.")
         weights = load_file(weights_file)
         if total is None:
             reference = weights
             total = {k: v.double() for k, v in weights.items()}
             continue
         if weights.keys() != total.keys():
-            raise ValueError(f"{weights_file} has different tensors from {checkpoints[0] / 'model.safetensors'}.")
+            raise InputError(f"{weights_file} has different tensors from {checkpoints[0] / 'model.safetensors'}.")
         for k, v in weights.items():
             total[k] += v.double()
     average = {k: (v / len(checkpoints)).to(reference[k].dtype) for k, v in total.items()}
@@ -49,5 +50,6 @@ def average_checkpoints(checkpoints: list[str | Path], output_dir: str | Path) -
             and item.name != "trainer_state.json"
         ):
             shutil.copy2(item, output_dir / item.name)
-    save_file(average, output_dir / "model.safetensors", metadata={"format": "pt"})
+    # Written by Python rather than safetensors' save_file, which gives the file mode 0600 whatever the umask.
+    (output_dir / "model.safetensors").write_bytes(save(average, metadata={"format": "pt"}))
     return output_dir

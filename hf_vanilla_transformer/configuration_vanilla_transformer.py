@@ -14,6 +14,7 @@
 """Configuration of the encoder-decoder Transformer of "Attention Is All You Need" (Vaswani et al., 2017)."""
 
 import copy
+import sys
 
 from transformers import GenerationConfig, PreTrainedConfig
 from transformers.activations import ACT2FN
@@ -225,17 +226,45 @@ class VanillaTransformerConfig(PreTrainedConfig):
         return cls(**{**PAPER_PRESETS[size], **kwargs})
 
     def paper_generation_config(self, **kwargs) -> GenerationConfig:
-        """The paper's decoding (section 6.1): beam size 4, length penalty 0.6, stop when all beams have ended."""
-        settings = dict(
-            num_beams=4, length_penalty=0.6, early_stopping=True, max_length=min(self.max_position_embeddings, 512)
-        )
-        return GenerationConfig(
-            pad_token_id=self.pad_token_id,
-            bos_token_id=self.bos_token_id,
-            eos_token_id=self.eos_token_id,
-            decoder_start_token_id=self.decoder_start_token_id,
-            **{**settings, **kwargs},
-        )
+        """[`paper_generation_config`] for this config."""
+        return paper_generation_config(self, **kwargs)
+
+    @classmethod
+    def from_dict(cls, config_dict: dict, **kwargs) -> "VanillaTransformerConfig":
+        # Saved folders name their translation pipeline in `custom_pipelines`, the code that processes without this
+        # package run (with trust_remote_code=True). Where this package is imported, the same pipeline is registered
+        # in the process: it wins, as local code wins for the model classes, so that pipeline("translation",
+        # model=folder) needs no trust_remote_code there. transformers reads `custom_pipelines` before its registry.
+        registry = getattr(sys.modules.get("transformers.pipelines"), "PIPELINE_REGISTRY", None)
+        custom = config_dict.get("custom_pipelines")
+        if registry is not None and custom:
+
+            def registered_here(task: str, entry: dict) -> bool:
+                impl = registry.supported_tasks.get(task, {}).get("impl")
+                return getattr(impl, "__name__", impl) == entry.get("impl", "").rsplit(".", 1)[-1]
+
+            remote = {task: entry for task, entry in custom.items() if not registered_here(task, entry)}
+            config_dict = {key: value for key, value in config_dict.items() if key != "custom_pipelines"}
+            if remote:
+                config_dict["custom_pipelines"] = remote
+        return super().from_dict(config_dict, **kwargs)
 
 
-__all__ = ["VanillaTransformerConfig"]
+def paper_generation_config(config: PreTrainedConfig, **kwargs) -> GenerationConfig:
+    """The paper's decoding (section 6.1) for any seq2seq `config`'s special tokens: beam size 4, length penalty 0.6,
+    stop when all beams have ended; keyword arguments override any setting.
+
+    It sets no length limit, so that `generate(max_new_tokens=...)` and `generate(max_length=...)` apply as given. The
+    paper's limit, source length + 50, depends on the source: the translation pipeline applies it per batch.
+    """
+    settings = dict(num_beams=4, length_penalty=0.6, early_stopping=True)
+    return GenerationConfig(
+        pad_token_id=config.pad_token_id,
+        bos_token_id=config.bos_token_id,
+        eos_token_id=config.eos_token_id,
+        decoder_start_token_id=config.decoder_start_token_id,
+        **{**settings, **kwargs},
+    )
+
+
+__all__ = ["VanillaTransformerConfig", "paper_generation_config"]

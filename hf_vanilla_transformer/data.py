@@ -1,11 +1,18 @@
 """Parallel corpora as `datasets.DatasetDict`s in the transformers translation format, `{"translation": {lang: text}}`."""
 
+import itertools
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.compute as pc
 from datasets import DatasetDict, load_dataset
 
+from .errors import InputError
 
-BUNDLED_CORPUS = Path(__file__).parent / "data" / "tatoeba-de-en"
+
+# Package data: the corpus with its README and the original notice (SOURCE_ABOUT.txt), which carry the CC BY notice.
+BUNDLED_CORPUS = Path(__file__).parent / "corpora" / "tatoeba-de-en"
+BUNDLED_NAME = "Tatoeba German-English, manythings.org selection (bundled with hf_vanilla_transformer)"
 BUNDLED_ATTRIBUTION = (
     "German-English sentence pairs from the Tatoeba Project (https://tatoeba.org), (c) Tatoeba contributors, licensed "
     "under CC BY 2.0 FR (https://creativecommons.org/licenses/by/2.0/fr/); pair selection by manythings.org "
@@ -27,8 +34,10 @@ def load_parallel_corpus(
 
     Sources, by precedence: a Hub dataset (`dataset_name`, e.g. "wmt14" with config "de-en"), local files (JSON Lines
     in the translation format or with one column per language; TSV/CSV with a header naming the languages), or the
-    bundled Tatoeba German-English corpus.
+    bundled Tatoeba German-English corpus. Every problem with the data (a missing file or column, an empty split, a
+    row without the source or target text) raises an [`InputError`] naming the file, the line and the field.
     """
+    files = {}
     if dataset_name is not None:
         corpus = load_dataset(dataset_name, dataset_config_name)
         origin = f"dataset {dataset_name!r}"
@@ -39,47 +48,70 @@ def load_parallel_corpus(
         if not files:
             files = {split: str(BUNDLED_CORPUS / f"{split}.jsonl") for split in ("train", "validation", "test")}
         corpus = DatasetDict({split: _load_file(path) for split, path in files.items()})
-    corpus = DatasetDict(
-        {split: _as_translation(ds, source_lang, target_lang, f"{origin} [{split}]") for split, ds in corpus.items()}
+    return DatasetDict(
+        {
+            split: _as_translation(dataset, source_lang, target_lang, files.get(split) or f"{origin} [{split}]")
+            for split, dataset in corpus.items()
+        }
     )
-    return corpus
 
 
 def _load_file(path: str):
     suffix = Path(path).suffix.lower()
     if suffix not in _LOADERS:
-        raise ValueError(f"{path}: unsupported file type {suffix!r}; use one of {sorted(_LOADERS)}.")
+        raise InputError(f"{path}: unsupported file type {suffix!r}; use one of {sorted(_LOADERS)}.")
     if not Path(path).is_file():
-        raise FileNotFoundError(f"Corpus file not found: {path}")
+        raise InputError(f"Corpus file not found: {path}")
     header_lines = 1 if _LOADERS[suffix] == "csv" else 0
     with open(path, encoding="utf-8") as f:
         if sum(1 for _, line in zip(range(header_lines + 1), (l for l in f if l.strip()))) <= header_lines:
-            raise ValueError(f"{path} is empty: every split needs at least one sentence pair.")
+            raise InputError(f"{path} is empty: every split needs at least one sentence pair.")
     kwargs = {"delimiter": "\t", "quoting": 3} if suffix == ".tsv" else {}  # quoting=3: a quote is plain text in TSV
     return load_dataset(_LOADERS[suffix], data_files=path, split="train", **kwargs)
 
 
 def _as_translation(dataset, source_lang: str, target_lang: str, origin: str):
+    """`dataset` with one `translation` column, after checking that every row has both texts; `origin` names the file
+    (rows are then reported by line number) or the split."""
     if len(dataset) == 0:
-        raise ValueError(f"{origin} is empty: every split needs at least one sentence pair.")
-    if "translation" in dataset.column_names:
-        languages = set(dataset[0]["translation"] or {})
-        where = "its `translation` entries have"
-    else:
-        languages = set(dataset.column_names)
-        where = "it has the columns"
+        raise InputError(f"{origin} is empty: every split needs at least one sentence pair.")
+    nested = "translation" in dataset.column_names
+    languages = set(dataset.features["translation"]) if nested else set(dataset.column_names)
     missing = [lang for lang in (source_lang, target_lang) if lang not in languages]
     if missing:
-        raise ValueError(
+        where = "its `translation` entries have" if nested else "it has the columns"
+        raise InputError(
             f"{origin}: language column(s) {missing} not found; {where} {sorted(languages)}. "
             "Choose --source_lang/--target_lang among them."
         )
-    if "translation" not in dataset.column_names:
+    for lang in (source_lang, target_lang):
+        texts = dataset.data.column("translation" if nested else lang)
+        if nested:
+            texts = pc.struct_field(texts, lang)
+        texts = pc.cast(texts, pa.large_string())  # a CSV column of numbers arrives as integers
+        # A missing key, a JSON null or an empty CSV cell all arrive as null; blank text is no better.
+        blank = pc.or_kleene(pc.is_null(texts), pc.equal(pc.utf8_trim_whitespace(texts), ""))
+        if pc.any(blank).as_py():
+            row = pc.index(blank, True).as_py()
+            raise InputError(f"{_row_name(origin, row)}: the {lang!r} text is missing or empty.")
+    if not nested:
         dataset = dataset.map(
             lambda row: {"translation": {source_lang: row[source_lang], target_lang: row[target_lang]}},
             remove_columns=dataset.column_names,
         )
     return dataset
+
+
+def _row_name(origin: str, row: int) -> str:
+    """Where row `row` (0-based) of a corpus is: a line of the file for local files, else a row of the split."""
+    path = Path(origin)
+    if path.suffix.lower() not in _LOADERS or not path.is_file():
+        return f"{origin}, row {row + 1}"
+    if _LOADERS[path.suffix.lower()] == "csv":
+        return f"{path}, line {row + 2}"  # after the header, one line per row (quoted line breaks aside)
+    with open(path, encoding="utf-8") as f:  # JSON Lines: blank lines hold no row
+        lines = (number for number, line in enumerate(f, start=1) if line.strip())
+        return f"{path}, line {next(itertools.islice(lines, row, None))}"
 
 
 def tokenize_corpus(

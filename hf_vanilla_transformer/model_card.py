@@ -56,8 +56,9 @@ def make_model_card(
     src, tgt = metrics.get("source_lang"), metrics.get("target_lang")
     dataset, test, training = (metrics.get(key) or {} for key in ("dataset", "test", "training"))
     dataset_name = dataset.get("name")
-    # The Hub links `datasets` entries to dataset repos: the bundled corpus is a selection of Tatoeba.
-    dataset_id = dataset.get("id") or ("Helsinki-NLP/tatoeba" if "tatoeba" in (dataset_name or "").lower() else None)
+    # The Hub links `datasets` entries to dataset repositories: only a Hub dataset the model was trained on has one
+    # (the bundled corpus, manythings.org's selection of Tatoeba, has none).
+    dataset_id = dataset.get("id")
 
     scores = [("bleu", "BLEU", test.get("bleu")), ("chrf", "chrF", test.get("chrf"))]
     scores = [(key, name, value) for key, name, value in scores if value is not None]

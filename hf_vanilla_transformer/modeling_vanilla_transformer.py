@@ -18,9 +18,11 @@ tokens, h heads, d d_model, dh head dim, v vocabulary. Masks follow transformers
 token, 0 = padding.
 """
 
+import os
 from collections.abc import Callable
 
 import torch
+from safetensors import SafetensorError
 from torch import nn
 from transformers import initialization as init
 from transformers.activations import ACT2FN
@@ -43,6 +45,7 @@ from transformers.utils.generic import merge_with_config_defaults
 from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
 from .configuration_vanilla_transformer import VanillaTransformerConfig
+from .pipeline_translation import CUSTOM_PIPELINES  # imported, so that remote code ships the pipeline file too
 
 
 logger = logging.get_logger(__name__)
@@ -312,6 +315,12 @@ class VanillaTransformerPreTrainedModel(PreTrainedModel):
     _supports_attention_backend = True
     _can_compile_fullgraph = True
 
+    def post_init(self):
+        super().post_init()
+        # Tied copies are not saved (only their source). Listed here, `Trainer` re-ties them on resume instead of
+        # warning about missing keys.
+        self._keys_to_ignore_on_save |= set(self.all_tied_weights_keys)
+
     @torch.no_grad()
     def _init_weights(self, module: nn.Module):
         if isinstance(module, nn.Linear):
@@ -340,25 +349,34 @@ class VanillaTransformerPreTrainedModel(PreTrainedModel):
     def from_pretrained(cls, pretrained_model_name_or_path, *args, **kwargs):
         try:
             return super().from_pretrained(pretrained_model_name_or_path, *args, **kwargs)
-        except Exception as error:
-            if type(error).__name__ != "SafetensorError":
-                raise
+        except SafetensorError as error:  # transformers passes it on without naming the folder
             raise OSError(
                 f"The safetensors weights of {pretrained_model_name_or_path} cannot be read ({error}): the file is "
                 "corrupt or only partially downloaded (a git-lfs pointer, an interrupted copy). Download it again."
             ) from error
 
     def save_pretrained(self, save_directory, *args, **kwargs):
-        if self._auto_class is not None:
-            # transformers maps only the saved class; map both so that AutoModel and AutoModelForSeq2SeqLM load the
-            # folder as remote code, whichever of the two saved it.
+        if self._auto_class in ("AutoModel", "AutoModelForSeq2SeqLM"):
+            # transformers copies the code files and maps only the saved class. Map both encoder-decoder classes, so
+            # that AutoModel and AutoModelForSeq2SeqLM load the folder as remote code whichever of them saved it, and
+            # name the pipeline, so that pipeline("translation", model=folder, trust_remote_code=True) works without
+            # this package.
             module = self.__class__.__module__.rsplit(".", 1)[-1]
             self.config.auto_map = {
                 **(getattr(self.config, "auto_map", None) or {}),
                 "AutoModel": f"{module}.VanillaTransformerModel",
                 "AutoModelForSeq2SeqLM": f"{module}.VanillaTransformerForConditionalGeneration",
             }
-        return super().save_pretrained(save_directory, *args, **kwargs)
+            self.config.custom_pipelines = CUSTOM_PIPELINES
+        super().save_pretrained(save_directory, *args, **kwargs)
+        if kwargs.get("is_main_process", True):
+            # safetensors (0.8) writes the weights through a temporary file of mode 0600 renamed into place; give them
+            # the mode the process umask gives every other file saved here. Reading the umask means setting it.
+            umask = os.umask(0o077)
+            os.umask(umask)
+            for name in os.listdir(save_directory):
+                if name.endswith(".safetensors"):
+                    os.chmod(os.path.join(save_directory, name), 0o666 & ~umask)
 
 
 def check_inputs(config, name: str, input_ids, inputs_embeds, attention_mask, past_length=0) -> None:
@@ -585,11 +603,14 @@ class VanillaTransformerDecoder(VanillaTransformerStack):
         no_past = isinstance(past_length, int) and past_length == 0  # a static cache's length is a tensor
         if no_past:
             attention_mask = padding.attention_mask  # known already: no synchronisation to find out
+        cache = getattr(past_key_values, "self_attention_cache", past_key_values)
+        if attention_mask is None and hidden_states.shape[1] == 1 and not getattr(cache, "is_compileable", False):
+            return None  # one new token may see every cached one (a static cache would also hold empty slots)
         return create_causal_mask(
             config=self.config,
             inputs_embeds=hidden_states,
             attention_mask=attention_mask,
-            past_key_values=getattr(past_key_values, "self_attention_cache", past_key_values),
+            past_key_values=cache,
             allow_is_causal_skip=attention_mask is None or not no_past,
         )
 
@@ -680,7 +701,13 @@ class VanillaTransformerModel(VanillaTransformerPreTrainedModel):
 
 
 class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedModel, GenerationMixin):
-    """[`VanillaTransformerModel`] plus the output projection tied to the shared embeddings, a loss and `generate()`."""
+    """[`VanillaTransformerModel`] plus the output projection tied to the shared embeddings, a loss and `generate()`.
+
+    `labels` (b, t) are the target ids, -100 where there is no target; without `decoder_input_ids` the decoder reads
+    them shifted right behind `decoder_start_token_id`. The loss is label smoothed by `config.label_smoothing`. In
+    training mode the decoder skips the positions after each row's last target (unless `decoder_attention_mask` says
+    otherwise) and only real target positions are projected to the vocabulary: the logits of the others are 0.
+    """
 
     _tied_weights_keys = {"lm_head.weight": "model.shared.weight"}
 
@@ -698,6 +725,14 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
 
     def prepare_decoder_input_ids_from_labels(self, labels: torch.Tensor) -> torch.Tensor:
         return shift_tokens_right(labels, self.config.pad_token_id, self.config.decoder_start_token_id)
+
+    def _prepare_generated_length(self, generation_config, has_default_max_length, *args, **kwargs):
+        input_ids_length, inputs_tensor = kwargs["input_ids_length"], kwargs["inputs_tensor"]
+        if has_default_max_length and generation_config.max_new_tokens is None and inputs_tensor is not None:
+            # The paper's length limit (section 6.1), source length + 50, rather than transformers' fixed 20 tokens.
+            capacity = self.config.max_position_embeddings - input_ids_length
+            generation_config.max_new_tokens = min(inputs_tensor.shape[1] + 50, capacity)
+        return super()._prepare_generated_length(generation_config, has_default_max_length, *args, **kwargs)
 
     def _validate_generated_length(self, generation_config, input_ids_length, has_default_max_length):
         super()._validate_generated_length(generation_config, input_ids_length, has_default_max_length)
@@ -724,14 +759,6 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
         use_cache: bool | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> Seq2SeqLMOutput:
-        r"""
-        labels (`torch.LongTensor` of shape `(batch_size, target_length)`, *optional*):
-            Target token ids; -100 marks positions without a target. Without `decoder_input_ids`, the decoder reads the
-            labels shifted right behind `decoder_start_token_id`. The loss is label smoothed by
-            `config.label_smoothing`. In training mode, the decoder skips the positions after each row's last target
-            (unless `decoder_attention_mask` says otherwise) and only real target positions are projected to the
-            vocabulary: the logits of the others are 0.
-        """
         num_items_in_batch = kwargs.pop("num_items_in_batch", None)
         target_padding = None
         if labels is not None:
@@ -767,17 +794,8 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
             logits = self.lm_head(hidden_states)  # (b, t, v)
             if labels is not None:
                 loss = token_cross_entropy(logits, labels, num_items_in_batch, self.config)
-        return Seq2SeqLMOutput(
-            loss=loss,
-            logits=logits,
-            past_key_values=outputs.past_key_values,
-            decoder_hidden_states=outputs.decoder_hidden_states,
-            decoder_attentions=outputs.decoder_attentions,
-            cross_attentions=outputs.cross_attentions,
-            encoder_last_hidden_state=outputs.encoder_last_hidden_state,
-            encoder_hidden_states=outputs.encoder_hidden_states,
-            encoder_attentions=outputs.encoder_attentions,
-        )
+        other_outputs = {name: value for name, value in outputs.items() if name != "last_hidden_state"}
+        return Seq2SeqLMOutput(loss=loss, logits=logits, **other_outputs)
 
 
 class VanillaTransformerForCausalLM(VanillaTransformerPreTrainedModel, GenerationMixin):

@@ -14,15 +14,13 @@
 """`pipeline("translation")` for transformers 5, which removed the built-in one, for any `AutoModelForSeq2SeqLM`.
 
 This file imports only torch and transformers: it ships as remote code next to the model code, and saved folders name it
-in `config.custom_pipelines`.
+in `config.custom_pipelines` (`CUSTOM_PIPELINES`).
 """
 
-import functools
 import re
 
 import torch
-from transformers import AutoModelForSeq2SeqLM, GenerationConfig, Pipeline
-from transformers.pipelines import PIPELINE_REGISTRY, REMOVED_TASKS
+from transformers import Pipeline
 from transformers.tokenization_utils_base import VERY_LARGE_INTEGER
 from transformers.utils import logging
 
@@ -30,6 +28,27 @@ from transformers.utils import logging
 logger = logging.get_logger(__name__)
 
 TASK_PATTERN = re.compile(r"translation_(\w+?)_to_(\w+)")
+# `config.custom_pipelines` of a saved folder: `pipeline("translation", model=folder, trust_remote_code=True)` then
+# loads this file from the folder. The module is named as remote code names it, by its file.
+CUSTOM_PIPELINES = {
+    "translation": {
+        "impl": f"{__name__.rsplit('.', 1)[-1]}.TranslationPipeline",
+        "pt": ["AutoModelForSeq2SeqLM"],
+        "type": "text",
+    }
+}
+# The paper's length limit (section 6.1): at most the source length + 50 target tokens. As fairseq's
+# --max-len-a/--max-len-b: a x source tokens + b, with the padded source length of the batch.
+MAX_LEN_A, MAX_LEN_B = 1, 50
+
+
+def max_new_tokens_for(
+    source_length: int, capacity: int | None = None, max_len_a: float = MAX_LEN_A, max_len_b: int = MAX_LEN_B
+) -> int:
+    """How many tokens to generate at most for a (batch of) source(s) of `source_length` tokens: `max_len_a` x
+    `source_length` + `max_len_b`, within `capacity` (the most new tokens the model can hold, if it has a limit)."""
+    limit = int(max_len_a * source_length + max_len_b)
+    return limit if capacity is None else min(limit, capacity)
 
 
 class TranslationPipeline(Pipeline):
@@ -41,6 +60,11 @@ class TranslationPipeline(Pipeline):
     of the model's generation config. Inputs longer than the model accepts are truncated with a warning, or raise a
     `ValueError` with `truncation=False`. Blank inputs translate to `""` without depending on the model.
 
+    Unless the call or the model's generation config sets `max_new_tokens` or `max_length`, the length limit follows
+    the source: `max_len_a` x source tokens + `max_len_b` new tokens (default: the paper's source length + 50), per
+    batch, within the model's `max_position_embeddings`. Translations that reach the limit without ending are counted
+    in a warning: they may be cut short.
+
     The task may name the languages, `"translation_de_to_en"`; they are kept as `src_lang` / `tgt_lang`. The model
     decides the direction: a model trained for one language pair translates in that direction whatever the task says.
     """
@@ -51,7 +75,6 @@ class TranslationPipeline(Pipeline):
     _load_image_processor = False
     _load_feature_extractor = False
     _load_video_processor = False
-    _default_generation_config = GenerationConfig(max_new_tokens=256)
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -60,12 +83,11 @@ class TranslationPipeline(Pipeline):
         check_tokenizer_fits_model(self.tokenizer, self.model.config)
         match = TASK_PATTERN.fullmatch(self.task or "")
         self.src_lang, self.tgt_lang = match.groups() if match else (None, None)
-        limits = (self.tokenizer.model_max_length, getattr(self.model.config, "max_position_embeddings", None))
+        max_positions = getattr(self.model.config, "max_position_embeddings", None)
+        limits = (self.tokenizer.model_max_length, max_positions)
         self.max_input_length = min((n for n in limits if n and n < VERY_LARGE_INTEGER), default=None)
-        if self.max_input_length is not None:
-            # The default generation budget must fit too; the decoder start token takes one position.
-            default = self._generation_defaults.get("max_new_tokens", self.max_input_length)
-            self._generation_defaults["max_new_tokens"] = min(default, self.max_input_length - 1)
+        # The decoder start token takes one of the target positions.
+        self.max_new_tokens_capacity = max_positions - 1 if max_positions else None
 
     def __call__(self, inputs: str | list[str], **kwargs) -> list[dict] | list[list[dict]]:
         """Translate `inputs`; `batch_size=`, `truncation=`, `return_tensors=` and generation arguments are accepted."""
@@ -77,17 +99,27 @@ class TranslationPipeline(Pipeline):
         return result
 
     def _sanitize_parameters(
-        self, truncation=None, return_tensors=None, clean_up_tokenization_spaces=None, **generate_kwargs
+        self,
+        truncation=None,
+        return_tensors=None,
+        clean_up_tokenization_spaces=None,
+        max_len_a=None,
+        max_len_b=None,
+        **generate_kwargs,
     ):
         # Arguments left at None keep their defaults, or the values given at construction.
         preprocess_params, postprocess_params = {}, {}
+        forward_params = {"generate_kwargs": generate_kwargs}
+        for name, value in (("max_len_a", max_len_a), ("max_len_b", max_len_b)):
+            if value is not None:
+                forward_params[name] = value
         if truncation is not None:
             preprocess_params["truncation"] = truncation
         if return_tensors is not None:
             postprocess_params["return_tensors"] = return_tensors
         if clean_up_tokenization_spaces is not None:
             postprocess_params["clean_up_tokenization_spaces"] = clean_up_tokenization_spaces
-        return preprocess_params, generate_kwargs, postprocess_params
+        return preprocess_params, forward_params, postprocess_params
 
     def preprocess(self, text: str, truncation: bool = True) -> dict[str, torch.Tensor]:
         if not isinstance(text, str):
@@ -111,12 +143,43 @@ class TranslationPipeline(Pipeline):
             )
         return {**inputs, "is_blank": torch.tensor([False])}
 
-    def _forward(self, model_inputs: dict[str, torch.Tensor], **generate_kwargs) -> dict[str, torch.Tensor]:
+    def _forward(
+        self,
+        model_inputs: dict[str, torch.Tensor],
+        generate_kwargs: dict | None = None,
+        max_len_a: float = MAX_LEN_A,
+        max_len_b: int = MAX_LEN_B,
+    ) -> dict[str, torch.Tensor]:
         is_blank = model_inputs.pop("is_blank")
-        output_ids = self.model.generate(**model_inputs, **self._prepare_generate_kwargs(generate_kwargs))
+        generate_kwargs = generate_kwargs or {}
+        set_params = self._get_set_generation_params({**self._generate_kwargs, **generate_kwargs})
+        limit = {}
+        if "max_new_tokens" not in set_params and "max_length" not in set_params:
+            source_length = model_inputs["input_ids"].shape[1]
+            limit["max_new_tokens"] = max_new_tokens_for(
+                source_length, self.max_new_tokens_capacity, max_len_a, max_len_b
+            )
+        generate_kwargs = self._prepare_generate_kwargs(generate_kwargs, **limit)
+        output_ids = self.model.generate(**model_inputs, **generate_kwargs)
         batch_size = model_inputs["input_ids"].shape[0]
+        self._warn_about_unfinished(output_ids, is_blank, generate_kwargs, set_params)
         # (b * num_return_sequences, t) -> (b, num_return_sequences, t): the pipeline unbatches along the first axis.
         return {"output_ids": output_ids.reshape(batch_size, -1, output_ids.shape[-1]), "is_blank": is_blank}
+
+    def _warn_about_unfinished(self, output_ids, is_blank, generate_kwargs, set_params):
+        """Count the translations that stopped at the length limit rather than with an end-of-sequence token."""
+        eos = generate_kwargs.get("eos_token_id", set_params.get("eos_token_id"))
+        if eos is None:
+            return
+        ended = torch.isin(output_ids[:, 1:], torch.tensor(eos, device=output_ids.device).flatten()).any(-1)
+        unfinished = (~ended & ~is_blank.to(ended.device).repeat_interleave(len(ended) // len(is_blank))).sum()
+        if unfinished:
+            params = {**set_params, **generate_kwargs}
+            name = "max_new_tokens" if params.get("max_new_tokens") is not None else "max_length"
+            logger.warning(
+                f"{int(unfinished)} of {len(ended)} translations reached the length limit ({name}={params.get(name)}) "
+                "without ending and may be cut short: pass a larger `max_new_tokens`, or `max_len_a` / `max_len_b`."
+            )
 
     def postprocess(self, model_outputs, return_tensors: bool = False, clean_up_tokenization_spaces: bool = False):
         is_blank = bool(model_outputs["is_blank"][0])
@@ -146,29 +209,4 @@ def check_tokenizer_fits_model(tokenizer, config):
             raise ValueError(f"tokenizer.{name} is {ours} but the model's config.{name} is {theirs}: they must agree.")
 
 
-def register_translation_pipeline():
-    """Make `pipeline("translation")` and `pipeline("translation_xx_to_yy")` build a [`TranslationPipeline`].
-
-    transformers 5 lists "translation" as a removed task (a `KeyError`) and only knows registered task names, so the
-    task is taken off the removed list and `translation_xx_to_yy` names are resolved to it. Safe to call repeatedly.
-    """
-    REMOVED_TASKS.pop("translation", None)
-    if PIPELINE_REGISTRY.supported_tasks.get("translation", {}).get("impl") is not TranslationPipeline:
-        PIPELINE_REGISTRY.register_pipeline(
-            "translation", pipeline_class=TranslationPipeline, pt_model=AutoModelForSeq2SeqLM, type="text"
-        )
-    check_task = PIPELINE_REGISTRY.check_task
-    if not hasattr(check_task, "__wrapped__"):
-
-        @functools.wraps(check_task)
-        def check_task_with_languages(task: str):
-            match = TASK_PATTERN.fullmatch(task)
-            if match:
-                name, targeted_task, _ = check_task("translation")
-                return name, targeted_task, match.groups()
-            return check_task(task)
-
-        PIPELINE_REGISTRY.check_task = check_task_with_languages
-
-
-__all__ = ["TranslationPipeline", "check_tokenizer_fits_model", "register_translation_pipeline"]
+__all__ = ["CUSTOM_PIPELINES", "TranslationPipeline", "check_tokenizer_fits_model", "max_new_tokens_for"]

@@ -8,8 +8,10 @@ python scripts/average_checkpoints.py --checkpoints run/checkpoint-800 run/check
 import argparse
 
 from hf_vanilla_transformer.averaging import average_checkpoints, last_checkpoints
+from hf_vanilla_transformer.errors import exit_on_input_error
 
 
+@exit_on_input_error
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     source = parser.add_mutually_exclusive_group(required=True)

@@ -9,6 +9,9 @@ Every system has the same architecture and size, is randomly initialised (seeded
   lengths 10-40 (right-padded, a few batches cycled), in non-padding target tokens per second;
 - generation: 64 sources of 20-30 tokens in batches of 16, exactly 30 new tokens (EOS disabled), greedy and beam-4, in
   generated tokens per second (CTranslate2 generates only; nn.Transformer has no beam search).
+CTranslate2 runs the MarianMTModel converted by its own converter, and our model exported by `export_ctranslate2`
+("this package via CTranslate2"), same size and workload. "this package via ONNX Runtime" is our model exported by
+`export_onnx` (float32 and dynamic int8 graphs) decoded greedily by `onnx_runtime.OnnxSeq2SeqLM`.
 Every measurement runs in a fresh process, after an untimed warm-up step or batch: peak training memory is that
 process's VmHWM (on a GPU: torch.cuda.max_memory_allocated), and CTranslate2 never shares a process with torch.
 Systems alternate within each repeat (the order rotates between repeats); medians are reported. Ratios to MarianMTModel (sdpa) at
@@ -37,12 +40,14 @@ from pathlib import Path
 
 import torch
 import transformers
-from benchmark_ctranslate2 import BOS, EOS, PAD, convert_marian
+from benchmark_ctranslate2 import BOS, EOS, PAD, SPECIAL_TOKENS, UNK, convert_marian, vocabulary
+from tokenizers import Tokenizer, models
 from torch import nn
-from transformers import MarianConfig, MarianMTModel
+from transformers import MarianConfig, MarianMTModel, PreTrainedTokenizerFast
 from transformers.trainer_pt_utils import LabelSmoother
 
-from hf_vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
+from hf_vanilla_transformer import VanillaTransformerForConditionalGeneration
+from hf_vanilla_transformer.sizes import expand_sizes, model_config_for
 
 
 SIZES = {
@@ -60,11 +65,15 @@ MATMUL_SIZE = 2048
 TORCH_SYSTEMS = {
     "ours-sdpa": "ours (sdpa)",
     "ours-eager": "ours (eager)",
+    "ours-labels": "ours, labels only",
+    "ours-logits": "ours, loss from logits",
     "marian-sdpa": "MarianMTModel (sdpa)",
     "marian-eager": "MarianMTModel (eager)",
     "nn-transformer": "nn.Transformer (no KV cache)",
 }
 OURS, REFERENCE = "ours-sdpa", "marian-sdpa"  # the targets compare these two (and CTranslate2)
+# The two other ways of training our model (sdpa): they differ from ours-sdpa in training only, so they do not generate.
+TRAINING_CALL_PATHS = {"ours-labels", "ours-logits"}
 RATIO_METRICS = [f"{task}_tokens_per_s" for task in TASKS] + ["train_peak_mb"]
 CT2_SCRIPT = Path(__file__).with_name("benchmark_ctranslate2.py")
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
@@ -128,29 +137,20 @@ def causal_mask(length: int, device) -> torch.Tensor:
 
 
 def marian_config(size: str) -> MarianConfig:
-    """MarianMTModel with our architecture: static sinusoidal positions, post-norm, ReLU, shared and tied embeddings
-    scaled by sqrt(d_model), no forced EOS."""
+    """MarianMTModel with our architecture (`model_config_for("marian")`), at the benchmark's size."""
+    return model_config_for("marian", **size_fields(size), max_position_embeddings=256, dropout=0.1)
+
+
+def size_fields(size: str) -> dict:
+    """Sizes, vocabulary and special tokens of the benchmark's models."""
     s = SIZES[size]
-    return MarianConfig(
+    return dict(
+        **expand_sizes(s["d_model"], s["layers"], s["heads"], s["ffn"]),
         vocab_size=s["vocab_size"],
-        d_model=s["d_model"],
-        encoder_layers=s["layers"],
-        decoder_layers=s["layers"],
-        encoder_attention_heads=s["heads"],
-        decoder_attention_heads=s["heads"],
-        encoder_ffn_dim=s["ffn"],
-        decoder_ffn_dim=s["ffn"],
-        max_position_embeddings=256,
-        activation_function="relu",
-        scale_embedding=True,
-        share_encoder_decoder_embeddings=True,
-        tie_word_embeddings=True,
         pad_token_id=PAD,
         eos_token_id=EOS,
         bos_token_id=BOS,
         decoder_start_token_id=BOS,
-        forced_eos_token_id=None,
-        dropout=0.1,
     )
 
 
@@ -160,28 +160,31 @@ def build_model(system: str, size: str, seed: int = SEED) -> nn.Module:
     if system == "nn-transformer":
         return TorchTransformerSeq2Seq(s["vocab_size"], s["d_model"], s["heads"], s["ffn"], s["layers"])
     family, attn_implementation = system.split("-")
+    attn_implementation = "sdpa" if system in TRAINING_CALL_PATHS else attn_implementation
     if family == "marian":
         return MarianMTModel._from_config(marian_config(size), attn_implementation=attn_implementation)
-    config = VanillaTransformerConfig(
-        vocab_size=s["vocab_size"],
-        d_model=s["d_model"],
-        encoder_layers=s["layers"],
-        decoder_layers=s["layers"],
-        encoder_attention_heads=s["heads"],
-        decoder_attention_heads=s["heads"],
-        encoder_ffn_dim=s["ffn"],
-        decoder_ffn_dim=s["ffn"],
-        dropout=0.1,
-        label_smoothing=LABEL_SMOOTHING,
-    )
+    config = model_config_for("vanilla", **size_fields(size), dropout=0.1, label_smoothing=LABEL_SMOOTHING)
     return VanillaTransformerForConditionalGeneration._from_config(config, attn_implementation=attn_implementation)
 
 
 def training_loss(model: nn.Module, system: str, batch: dict) -> torch.Tensor:
-    """The loss each system's usual trainer computes, label smoothing 0.1 over the non-padding targets."""
-    if system.startswith("ours"):  # what our TranslationTrainer does: the model's own fused loss
+    """The loss each system's usual trainer computes, label smoothing 0.1 over the non-padding targets.
+
+    Our model three ways: as our TranslationTrainer calls it (labels and the collator's decoder mask); as plain
+    `Seq2SeqTrainer` and `run_translation.py` do (labels only); and as a custom loop that takes logits for given decoder
+    inputs and computes the loss itself (the model sees neither labels nor target padding).
+    """
+    if system == "ours-labels":
+        return model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], labels=batch["labels"]).loss
+    if system in ("ours-sdpa", "ours-eager"):
         return model(**batch).loss
-    inputs = {name: value for name, value in batch.items() if name != "labels"}
+    inputs = {name: value for name, value in batch.items() if name not in ("labels", "decoder_attention_mask")}
+    if system == "ours-logits":
+        logits = model(**inputs).logits
+        return nn.functional.cross_entropy(
+            logits.flatten(0, 1), batch["labels"].flatten(), ignore_index=-100, label_smoothing=LABEL_SMOOTHING
+        )
+    inputs["decoder_attention_mask"] = batch["decoder_attention_mask"]
     if system.startswith("marian"):  # what Seq2SeqTrainer(label_smoothing_factor=0.1) does
         return LabelSmoother(epsilon=LABEL_SMOOTHING)(model(**inputs), batch["labels"])
     logits = model(**inputs)
@@ -342,7 +345,7 @@ def measure_torch(system: str, size: str, precision: str, device: str, threads: 
     sources = [workload["sources"][i : i + GENERATION_BATCH] for i in range(0, SOURCES, GENERATION_BATCH)]
     sources = [(pad(s, PAD, device), pad([[1] * len(x) for x in s], 0, device)) for s in sources]
     for task, num_beams in TASKS.items():
-        if not num_beams or (system == "nn-transformer" and num_beams > 1):
+        if not num_beams or (system == "nn-transformer" and num_beams > 1) or system in TRAINING_CALL_PATHS:
             continue
         with torch.no_grad(), autocast:
             generate(model, system, *sources[0], num_beams)  # warm-up
@@ -373,6 +376,23 @@ def convert_for_ct2(size: str, output_dir: str) -> str:
         return convert_marian(marian_dir, output_dir)
 
 
+def export_ours_for_ct2(size: str, output_dir: str) -> str:
+    """Our model of the benchmark (same seed, same weights), exported by `export_ctranslate2` with a word-level
+    tokenizer over benchmark_ctranslate2's synthetic vocabulary (the token strings its timing script decodes)."""
+    from hf_vanilla_transformer.export_ctranslate2 import export_ctranslate2
+
+    quiet()
+    tokens = vocabulary(SIZES[size]["vocab_size"])
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=Tokenizer(models.WordLevel({t: i for i, t in enumerate(tokens)}, SPECIAL_TOKENS[UNK])),
+        **dict(zip(("pad_token", "bos_token", "eos_token", "unk_token"), SPECIAL_TOKENS)),
+    )
+    with tempfile.TemporaryDirectory() as model_dir:
+        build_model("ours-sdpa", size).save_pretrained(model_dir)
+        tokenizer.save_pretrained(model_dir)
+        return str(export_ctranslate2(model_dir, output_dir))
+
+
 def measure_ct2(model_dir: str, compute_type: str, device: str, threads: int, workload: dict) -> dict:
     """Seconds of each generation task, timed by benchmark_ctranslate2.py in a fresh process without torch."""
     beams = {task: num_beams for task, num_beams in TASKS.items() if num_beams}
@@ -397,15 +417,54 @@ def measure_ct2(model_dir: str, compute_type: str, device: str, threads: int, wo
 def ct2_systems(device: str) -> dict:
     """CTranslate2 system -> compute type; none when ctranslate2 is missing or (on a GPU) lacks CUDA."""
     if importlib.util.find_spec("ctranslate2") is None:
-        print("ctranslate2 is not installed: skipping the CTranslate2 rows (pip install ctranslate2).")
+        print("ctranslate2 is not installed: skipping the CTranslate2 rows (pip install -e .[export]).")
         return {}
     if device == "cpu":
-        return {"ct2-float32": "float32", "ct2-int8": "int8"}
+        return {f"ct2{ours}-{t}": t for ours in ("", "-ours") for t in ("float32", "int8")}
     probe = [sys.executable, "-c", "import ctranslate2; print(ctranslate2.get_cuda_device_count())"]
     if int(subprocess.run(probe, capture_output=True, text=True).stdout.strip() or 0) == 0:
         print("This ctranslate2 build has no CUDA support: skipping the CTranslate2 rows.")
         return {}
-    return {"ct2-bfloat16": "bfloat16", "ct2-int8": "int8_bfloat16"}
+    return {
+        f"ct2{ours}-{name}": t
+        for ours in ("", "-ours")
+        for name, t in (("bfloat16", "bfloat16"), ("int8", "int8_bfloat16"))
+    }
+
+
+def export_ours_for_onnx(size: str, output_dir: str) -> str:
+    """Our model of the benchmark (same seed, same weights), exported by `export_onnx` with its int8 graphs."""
+    from hf_vanilla_transformer.export_onnx import export_onnx
+
+    quiet()
+    with tempfile.TemporaryDirectory() as model_dir:
+        build_model("ours-sdpa", size).save_pretrained(model_dir)
+        return str(export_onnx(model_dir, output_dir, quantize=True, model_type="vanilla_transformer"))
+
+
+def measure_onnx(onnx_dir: str, quantized: bool, threads: int, workload: dict) -> dict:
+    """Seconds of greedy generation by the package's ONNX Runtime loop (`OnnxSeq2SeqLM`; it has no beam search)."""
+    from hf_vanilla_transformer.onnx_runtime import OnnxSeq2SeqLM
+
+    model = OnnxSeq2SeqLM(onnx_dir, quantized, num_threads=threads)
+    sources = [workload["sources"][i : i + GENERATION_BATCH] for i in range(0, SOURCES, GENERATION_BATCH)]
+    batches = [(pad(s, PAD, "cpu").numpy(), pad([[1] * len(x) for x in s], 0, "cpu").numpy()) for s in sources]
+
+    def greedy(batch):
+        return model.generate(*batch, max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS)
+
+    greedy(batches[0])  # warm-up
+    seconds, outputs = timed(lambda: [greedy(batch) for batch in batches], "cpu")
+    assert all(o.shape[1] == 1 + NEW_TOKENS for o in outputs), f"ONNX Runtime did not generate {NEW_TOKENS} tokens"
+    return {"greedy": seconds}
+
+
+def onnx_systems(device: str) -> dict:
+    """ONNX Runtime system -> whether it runs the int8 graphs; none when onnxruntime is missing or on a GPU."""
+    if device != "cpu" or importlib.util.find_spec("onnxruntime") is None:
+        print("Skipping the ONNX Runtime rows (CPU only; pip install -e .[export]).")
+        return {}
+    return {"onnx-float32": False, "onnx-int8": True}
 
 
 # ---------------------------------------------------------------------------------------------------- the run
@@ -413,14 +472,22 @@ def ct2_systems(device: str) -> dict:
 
 def run(sizes: list[str], precisions: list[str], device: str, threads: int, repeats: int) -> dict:
     """Every measurement of every size, systems alternating within each repeat (order rotated between repeats)."""
-    ct2 = ct2_systems(device)
+    ct2, onnx = ct2_systems(device), onnx_systems(device)
     samples, peaks = {}, {}
     for size in sizes:
         workload = make_workload(SIZES[size]["vocab_size"])
         with tempfile.TemporaryDirectory() as tmp:
-            ct2_dir = in_fresh_process(convert_for_ct2, size, os.path.join(tmp, "ct2")) if ct2 else None
+            ct2_dirs = (
+                {  # system prefix -> model folder
+                    "ct2-ours": in_fresh_process(export_ours_for_ct2, size, os.path.join(tmp, "ct2-ours")),
+                    "ct2": in_fresh_process(convert_for_ct2, size, os.path.join(tmp, "ct2")),
+                }
+                if ct2
+                else {}
+            )
+            onnx_dir = in_fresh_process(export_ours_for_onnx, size, os.path.join(tmp, "onnx")) if onnx else None
             jobs = [("matmul", None)] + [(system, p) for p in precisions for system in TORCH_SYSTEMS]
-            jobs += [(system, precisions[0]) for system in ct2]
+            jobs += [(system, precisions[0]) for system in [*ct2, *onnx]]
             for r in range(repeats):
                 for system, precision in jobs[r % len(jobs) :] + jobs[: r % len(jobs)]:
                     start = time.perf_counter()
@@ -429,7 +496,10 @@ def run(sizes: list[str], precisions: list[str], device: str, threads: int, repe
                             peaks.setdefault(size, {}).setdefault(p, []).append(flops)
                         continue
                     if system in ct2:
-                        result = measure_ct2(ct2_dir, ct2[system], device, threads, workload)
+                        model_dir = ct2_dirs["ct2-ours" if system.startswith("ct2-ours") else "ct2"]
+                        result = measure_ct2(model_dir, ct2[system], device, threads, workload)
+                    elif system in onnx:
+                        result = in_fresh_process(measure_onnx, onnx_dir, onnx[system], threads, workload)
                     else:
                         result = in_fresh_process(measure_torch, system, size, precision, device, threads, workload)
                     for metric, value in result.items():
@@ -467,27 +537,40 @@ def summarize(measured: dict, sizes: list[str]) -> list[dict]:
 
 
 def label(system: str, ct2: dict) -> str:
+    if system.startswith("ct2-ours"):
+        return f"this package via CTranslate2 {ct2[system]}"
+    if system.startswith("onnx-"):
+        return f"this package via ONNX Runtime {system.removeprefix('onnx-')}"
     return TORCH_SYSTEMS.get(system) or f"CTranslate2 {ct2[system]}"
 
 
 def check_targets(rows: list[dict], precision: str, ct2: dict) -> list[dict]:
-    """The issue's targets, from the ratios ours (sdpa) / other system of this run at the result precision."""
+    """The project's targets, from the ratios system / other system of this run at the result precision."""
     by_key = {(r["size"], r["system"]): r for r in rows if r["precision"] == precision}
     sizes = list(dict.fromkeys(size for size, _ in by_key))
     marian = TORCH_SYSTEMS[REFERENCE]
-    specs = [  # description, metric, other system, ">=" or "<=", threshold on the ratio, sizes
-        (f"training >= 1.3x {marian}", "train_tokens_per_s", REFERENCE, ">=", 1.3, sizes),
-        (f"greedy >= 1.5x {marian}", "greedy_tokens_per_s", REFERENCE, ">=", 1.5, sizes),
-        (f"beam-4 >= 1.5x {marian}", "beam4_tokens_per_s", REFERENCE, ">=", 1.5, sizes),
-        (f"peak training memory <= {marian}", "train_peak_mb", REFERENCE, "<=", 1.0, sizes),
+    specs = [  # description, metric, system, other system, ">=" or "<=", threshold on the ratio system/other, sizes
+        (f"training >= 1.3x {marian}", "train_tokens_per_s", OURS, REFERENCE, ">=", 1.3, sizes),
+        (f"greedy >= 1.5x {marian}", "greedy_tokens_per_s", OURS, REFERENCE, ">=", 1.5, sizes),
+        (f"beam-4 >= 1.5x {marian}", "beam4_tokens_per_s", OURS, REFERENCE, ">=", 1.5, sizes),
+        (f"peak training memory <= {marian}", "train_peak_mb", OURS, REFERENCE, "<=", 1.0, sizes),
     ]
     if ct2:
         ct2_float = next(iter(ct2))
-        specs.append((f"greedy >= {label(ct2_float, ct2)}", "greedy_tokens_per_s", ct2_float, ">=", 1.0, ["small"]))
+        specs.append(
+            (f"greedy >= {label(ct2_float, ct2)}", "greedy_tokens_per_s", OURS, ct2_float, ">=", 1.0, ["small"])
+        )
+        for theirs in (system for system in ct2 if not system.startswith("ct2-ours")):
+            exported = theirs.replace("ct2-", "ct2-ours-")
+            for task, metric in (("greedy", "greedy_tokens_per_s"), ("beam-4", "beam4_tokens_per_s")):
+                name = f"{task}: {label(exported, ct2)} >= 0.95x {label(theirs, ct2)} (MarianMTModel converted)"
+                specs.append((name, metric, exported, theirs, ">=", 0.95, sizes))
+        name = f"greedy: {label('ct2-ours-int8', ct2)} >= 3x {TORCH_SYSTEMS[OURS]}"
+        specs.append((name, "greedy_tokens_per_s", "ct2-ours-int8", OURS, ">=", 3.0, ["small"]))
     targets = []
-    for name, metric, other, comparison, threshold, target_sizes in specs:
+    for name, metric, system, other, comparison, threshold, target_sizes in specs:
         for size in target_sizes:
-            ours, theirs = by_key.get((size, OURS), {}), by_key.get((size, other), {})
+            ours, theirs = by_key.get((size, system), {}), by_key.get((size, other), {})
             if metric in ours and metric in theirs:
                 ratio = ours[metric] / theirs[metric]
                 passed = ratio >= threshold if comparison == ">=" else ratio <= threshold

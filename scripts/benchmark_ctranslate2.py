@@ -8,7 +8,6 @@ runs in a fresh process of its own:
     echo '{"model_dir": ..., "sources": [[5, 9, 2], ...], ...}' | python scripts/benchmark_ctranslate2.py
 
 reads the keyword arguments of `time_generation` as JSON on stdin and prints its result as JSON.
-(Adapted from the colleague's ct2_bench.py.)
 """
 
 import json

@@ -16,19 +16,10 @@ import torch
 from benchmark import in_fresh_process, peak_memory_mb, quiet  # scripts/benchmark.py, beside this file
 
 from hf_vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
+from hf_vanilla_transformer.sizes import DEMO_SIZES, expand_sizes
 
 
-DEMO = dict(
-    vocab_size=8000,
-    d_model=256,
-    encoder_layers=3,
-    decoder_layers=3,
-    encoder_attention_heads=4,
-    decoder_attention_heads=4,
-    encoder_ffn_dim=1024,
-    decoder_ffn_dim=1024,
-    max_position_embeddings=256,
-)
+DEMO = dict(**expand_sizes(**DEMO_SIZES), vocab_size=8000, max_position_embeddings=256)
 MODES = {"forward": "sdpa", "train": "sdpa", "train-eager": "eager", "generate": "sdpa"}
 NEW_TOKENS = 32
 

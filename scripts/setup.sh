@@ -3,7 +3,7 @@
 #   - a torch that already imports (for example your CUDA build) is kept;
 #   - with an NVIDIA GPU visible, the default (CUDA) wheel from PyPI;
 #   - otherwise the CPU wheel from download.pytorch.org, falling back to the default index if that is unreachable.
-# Usage: bash scripts/setup.sh [--dev] [--benchmark]
+# Usage: bash scripts/setup.sh [--dev] [--export]   (--benchmark is an alias of --export: the engines it times)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -11,8 +11,8 @@ extras=()
 for arg in "$@"; do
   case "$arg" in
     --dev) extras+=(dev) ;;
-    --benchmark) extras+=(benchmark) ;;
-    *) echo "setup.sh: unknown option $arg (expected --dev and/or --benchmark)" >&2; exit 2 ;;
+    --export | --benchmark) extras+=(export) ;;
+    *) echo "setup.sh: unknown option $arg (expected --dev and/or --export)" >&2; exit 2 ;;
   esac
 done
 

@@ -37,7 +37,7 @@ def test_auto_classes_build_our_models():
     assert type(AutoModel.from_config(config)) is VanillaTransformerModel
 
 
-def test_saved_folder_holds_safetensors_configs_code_and_auto_map(saved_model):
+def test_saved_folder_holds_safetensors_configs_code_auto_map_and_pipeline(saved_model):
     _, path = saved_model
     files = set(os.listdir(path))
     assert {
@@ -46,28 +46,40 @@ def test_saved_folder_holds_safetensors_configs_code_and_auto_map(saved_model):
         "model.safetensors",
         "configuration_vanilla_transformer.py",
         "modeling_vanilla_transformer.py",
+        "pipeline_translation.py",
     } <= files
     assert not any(name.endswith((".bin", ".pt", ".pkl")) for name in files)
-    auto_map = json.loads((path / "config.json").read_text())["auto_map"]
-    assert auto_map == {
+    config = json.loads((path / "config.json").read_text())
+    assert config["auto_map"] == {
         "AutoConfig": "configuration_vanilla_transformer.VanillaTransformerConfig",
         "AutoModel": "modeling_vanilla_transformer.VanillaTransformerModel",
         "AutoModelForSeq2SeqLM": "modeling_vanilla_transformer.VanillaTransformerForConditionalGeneration",
     }
+    entry = {"impl": "pipeline_translation.TranslationPipeline", "pt": ["AutoModelForSeq2SeqLM"], "type": "text"}
+    assert config["custom_pipelines"] == {"translation": entry}
 
 
-def test_code_files_import_only_torch_transformers_and_each_other(saved_model):
-    """Remote code may need no package beyond torch and transformers (the standard library is always there)."""
+def test_saved_files_are_readable_by_others_as_the_umask_allows(saved_model):
     _, path = saved_model
-    for name in ("configuration_vanilla_transformer.py", "modeling_vanilla_transformer.py"):
+    umask = os.umask(0o077)
+    os.umask(umask)
+    for name in ("model.safetensors", "config.json"):
+        assert (path / name).stat().st_mode & 0o777 == 0o666 & ~umask, name
+
+
+def test_code_files_import_only_what_transformers_brings_and_each_other(saved_model):
+    """Remote code: the folder's users have transformers (with torch and safetensors) and the standard library."""
+    _, path = saved_model
+    for name in ("configuration_vanilla_transformer.py", "modeling_vanilla_transformer.py", "pipeline_translation.py"):
         for line in (path / name).read_text().splitlines():
-            if line.startswith(("import ", "from ")):
+            if line.strip().startswith(("import ", "from ")):
                 module = line.split()[1]
                 assert module.split(".")[0] in {
+                    "safetensors",
                     "torch",
                     "transformers",
                     *sys.stdlib_module_names,
-                } or module.startswith(".configuration_vanilla_transformer"), f"{name}: {line}"
+                } or module in {".configuration_vanilla_transformer", ".pipeline_translation"}, f"{name}: {line}"
 
 
 def test_save_load_round_trip_gives_identical_outputs(saved_model):

@@ -20,6 +20,7 @@ import benchmark  # noqa: E402
 
 
 HAS_CT2 = importlib.util.find_spec("ctranslate2") is not None
+HAS_ONNXRUNTIME = importlib.util.find_spec("onnxruntime") is not None
 
 
 def tiny_batch(index=0):
@@ -167,6 +168,32 @@ def test_ctranslate2_conversion_decodes_like_transformers(tmp_path):
         assert run["outputs"] == expected.tolist()
 
 
+@pytest.mark.skipif(not HAS_CT2, reason="ctranslate2 is not installed")
+def test_our_ctranslate2_export_decodes_like_generate(tmp_path, monkeypatch):
+    """The "this package via CTranslate2" rows time `export_ctranslate2`'s output for the benchmark's own model: its
+    fixed-length greedy ids equal our generate()'s. (Beam search is compared in test_export_ctranslate2.py: with EOS
+    banned, as here, transformers masks it after the log-softmax and CTranslate2 before, so beam scores differ.)"""
+    model = benchmark.build_model("ours-sdpa", "tiny").eval()
+    randomize(model)
+    monkeypatch.setattr(benchmark, "build_model", lambda system, size: model)
+    benchmark.export_ours_for_ct2("tiny", str(tmp_path / "ct2"))
+    sources = benchmark.make_workload(100)["sources"][:16]
+    task = dict(model_dir=str(tmp_path / "ct2"), sources=sources, batch_size=16, beams=[1, 4], new_tokens=30)
+    proc = subprocess.run(
+        [sys.executable, benchmark.CT2_SCRIPT],
+        input=json.dumps({**task, "threads": 1, "compute_type": "float32"}),
+        capture_output=True,
+        text=True,
+    )
+    greedy, beam = json.loads(proc.stdout)["runs"]
+    ids, mask = benchmark.pad(sources, 0, "cpu"), benchmark.pad([[1] * len(s) for s in sources], 0, "cpu")
+    with torch.no_grad():
+        expected = benchmark.generate(model, "ours-sdpa", ids, mask, num_beams=1)
+    assert len({tuple(o) for o in greedy["outputs"]}) > 1
+    assert greedy["outputs"] == expected.tolist()
+    assert all(len(o) == 30 for o in beam["outputs"])
+
+
 @pytest.mark.slow
 def test_cli_end_to_end(tmp_path):
     summary = benchmark.main(
@@ -186,11 +213,16 @@ def test_cli_end_to_end(tmp_path):
     assert json.loads((tmp_path / "r.json").read_text()) == json.loads(json.dumps(summary))
     assert (tmp_path / "r.png").stat().st_size > 0
     rows = {row["system"]: row for row in summary["rows"]}
-    expected = set(benchmark.TORCH_SYSTEMS) | ({"ct2-float32", "ct2-int8"} if HAS_CT2 else set())
+    ct2 = {"ct2-float32", "ct2-int8", "ct2-ours-float32", "ct2-ours-int8"}
+    onnx = {"onnx-float32", "onnx-int8"}
+    expected = set(benchmark.TORCH_SYSTEMS) | (ct2 if HAS_CT2 else set()) | (onnx if HAS_ONNXRUNTIME else set())
     assert set(rows) == expected
     for system, row in rows.items():
+        if system in benchmark.TRAINING_CALL_PATHS:
+            assert set(row) >= {"train_tokens_per_s", "train_peak_mb"} and "greedy_tokens_per_s" not in row
+            continue
         assert row["greedy_tokens_per_s"] > 0
-        assert ("beam4_tokens_per_s" in row) == (system != "nn-transformer")
+        assert ("beam4_tokens_per_s" in row) == (system not in {"nn-transformer", *onnx})
         assert ("train_tokens_per_s" in row) == system.startswith(("ours", "marian", "nn"))
     assert rows["marian-sdpa"]["vs_marian"]["train_tokens_per_s"] == 1.0
     assert 0 < rows["ours-sdpa"]["train_peak_fraction"] < 1 and rows["ours-sdpa"]["train_peak_mb"] > 100

@@ -4,9 +4,9 @@ import ast
 import inspect
 
 import pytest
-from transformers import AutoConfig
+from transformers import AutoConfig, MarianConfig
 
-from hf_vanilla_transformer import VanillaTransformerConfig, modeling_vanilla_transformer
+from hf_vanilla_transformer import VanillaTransformerConfig, modeling_vanilla_transformer, paper_generation_config
 
 
 def test_defaults_are_the_papers_base_model():
@@ -95,9 +95,18 @@ def test_round_trip_through_dict_and_folder(tmp_path):
 
 
 def test_generation_settings_live_in_the_generation_config():
-    generation_config = VanillaTransformerConfig(vocab_size=100).paper_generation_config(num_beams=5)
+    generation_config = paper_generation_config(VanillaTransformerConfig(vocab_size=100), num_beams=5)
     assert generation_config.num_beams == 5 and generation_config.length_penalty == 0.6
     assert generation_config.decoder_start_token_id == 1 and generation_config.pad_token_id == 0
+    # No length limit: generate(max_new_tokens=...) and generate(max_length=...) both apply as given.
+    assert generation_config.max_length is None and generation_config.max_new_tokens is None
+
+
+def test_the_papers_decoding_applies_to_any_seq2seq_config():
+    marian = MarianConfig(vocab_size=100, pad_token_id=5, eos_token_id=6, decoder_start_token_id=5)
+    generation_config = paper_generation_config(marian)
+    assert (generation_config.num_beams, generation_config.length_penalty) == (4, 0.6)
+    assert (generation_config.pad_token_id, generation_config.decoder_start_token_id) == (5, 5)
 
 
 def test_every_config_field_is_used():

@@ -152,3 +152,14 @@ def test_the_papers_decoding_settings_are_one_call_away():
     assert model.generation_config.pad_token_id == model.config.pad_token_id
     input_ids, attention_mask = sources()
     assert model.generate(input_ids=input_ids, attention_mask=attention_mask, max_new_tokens=4).shape[0] == 3
+
+
+def test_without_a_length_limit_a_translation_may_be_the_source_length_plus_50():
+    """The paper's limit (section 6.1) instead of transformers' 20 new tokens; within max_position_embeddings."""
+    model = make_model(max_position_embeddings=64)
+    input_ids, attention_mask = sources()  # 9 source positions
+    kwargs = dict(attention_mask=attention_mask, eos_token_id=None)  # never stops early
+    assert model.generate(input_ids=input_ids, **kwargs).shape[1] == 1 + 9 + 50
+    assert model.generate(input_ids=input_ids, max_new_tokens=3, **kwargs).shape[1] == 1 + 3
+    long_source = torch.randint(4, 99, (1, 40))
+    assert model.generate(input_ids=long_source, eos_token_id=None).shape[1] == 64

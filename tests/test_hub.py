@@ -20,6 +20,7 @@ from transformers import pipeline
 
 import hf_vanilla_transformer
 from hf_vanilla_transformer import TranslationPipeline, VanillaTransformerForConditionalGeneration
+from hf_vanilla_transformer.errors import InputError
 from hf_vanilla_transformer.hub import publish_to_hub, stage_for_hub
 from hf_vanilla_transformer.model_card import check_model_card, make_model_card
 
@@ -106,14 +107,26 @@ def test_dry_run_writes_exactly_the_files_to_publish(trained_dir, tmp_path):
 
 def test_dry_run_refuses_a_folder_that_is_not_empty(trained_dir, tmp_path):
     (tmp_path / "leftover.bin").write_bytes(b"")
-    with pytest.raises(FileExistsError, match="not empty"):
+    with pytest.raises(InputError, match="not empty"):
         stage_for_hub(trained_dir, tmp_path, "org/name")
+
+
+def test_a_model_whose_card_would_say_bleu_0_is_refused_unless_allowed(trained_dir, tmp_path, capsys):
+    untrained = tmp_path / "untrained"
+    shutil.copytree(trained_dir, untrained)
+    (untrained / "metrics.json").write_text(json.dumps({**METRICS, "test": {**METRICS["test"], "bleu": 0.0}}))
+    with pytest.raises(SystemExit) as exit_info:  # the script: one line, no traceback
+        run_push_to_hub("--model_dir", str(untrained), "--repo_id", "org/name", "--dry_run", str(tmp_path / "a"))
+    assert exit_info.value.code != 0 and "test BLEU of 0.00" in str(exit_info.value)
+    assert "--allow_low_bleu" in str(exit_info.value)
+    staged = stage_for_hub(untrained, tmp_path / "b", "org/name", allow_low_bleu=True)
+    assert "| BLEU | 0.0 |" in (staged / "README.md").read_text()
 
 
 def test_folders_with_only_pickled_weights_are_refused(tmp_path):
     (tmp_path / "config.json").write_text("{}")
     (tmp_path / "pytorch_model.bin").write_bytes(b"pickle")
-    with pytest.raises(ValueError, match=r"no safetensors weights \(only the pickles \['pytorch_model.bin'\]\)"):
+    with pytest.raises(InputError, match=r"no safetensors weights \(only the pickles \['pytorch_model.bin'\]\)"):
         stage_for_hub(tmp_path, tmp_path / "out", "org/name")
 
 
@@ -122,7 +135,7 @@ def test_weights_that_do_not_fit_the_code_are_refused_before_upload(trained_dir,
     shutil.copytree(trained_dir, broken)
     weights = load_file(broken / "model.safetensors")
     save_file({k: v for k, v in weights.items() if "layers.1." not in k}, broken / "model.safetensors")
-    with pytest.raises(ValueError, match="do not match the model code"):
+    with pytest.raises(InputError, match="do not match the model code"):
         stage_for_hub(broken, tmp_path / "staged", "org/name")
 
 
@@ -130,7 +143,9 @@ def test_the_card_is_a_valid_hub_card_carrying_the_measured_metrics(trained_dir,
     card = ModelCard.load(stage_for_hub(trained_dir, tmp_path / "staged", "org/name") / "README.md")
     data = card.data
     assert data.language == ["de", "en"] and data.license == "apache-2.0" and data.library_name == "transformers"
-    assert data.pipeline_tag == "translation" and data.datasets == ["Helsinki-NLP/tatoeba"]
+    # The bundled corpus is manythings.org's selection of Tatoeba, not a Hub dataset: no dataset repository is linked.
+    assert data.pipeline_tag == "translation" and data.datasets is None
+    assert {r.dataset_type for r in data.eval_results} == {"custom"}
     assert {"translation", "vanilla_transformer", "custom_code"} <= set(data.tags)
     assert {(r.metric_type, r.metric_value, r.dataset_split) for r in data.eval_results} == {
         ("bleu", 30.1, "test"),
@@ -185,12 +200,13 @@ HUB_USER_SCRIPT = textwrap.dedent(
     """
     import json, sys
     sys.modules["hf_vanilla_transformer"] = None  # the package is not installed here
-    from transformers import AutoConfig, AutoModelForSeq2SeqLM, AutoTokenizer, pipeline
+    from transformers import AutoConfig, AutoModelForSeq2SeqLM, AutoTokenizer, PreTrainedTokenizerFast, pipeline
     sources, usage = json.loads(sys.argv[1]), sys.argv[2]
     results = []
     for pin in ({}, {"revision": sys.argv[3]}):
         config = AutoConfig.from_pretrained("org/name", trust_remote_code=True, **pin)
         tokenizer = AutoTokenizer.from_pretrained("org/name", trust_remote_code=True, **pin)
+        assert PreTrainedTokenizerFast.from_pretrained("org/name", **pin).get_vocab() == tokenizer.get_vocab()
         model = AutoModelForSeq2SeqLM.from_pretrained("org/name", trust_remote_code=True, **pin)
         translate = pipeline("translation", model="org/name", trust_remote_code=True, **pin)
         for obj in (config, model, translate):

@@ -13,12 +13,14 @@ import torch
 from transformers import MarianConfig, MarianMTModel, pipeline
 from transformers.pipelines import PIPELINE_REGISTRY
 
+import hf_vanilla_transformer
 from hf_vanilla_transformer import (
     TranslationPipeline,
     VanillaTransformerForConditionalGeneration,
+    _register_translation_pipeline,
     pipeline_translation,
 )
-from hf_vanilla_transformer.pipeline_translation import register_translation_pipeline
+from hf_vanilla_transformer.pipeline_translation import max_new_tokens_for
 
 from .conftest import tiny_config
 from .tiny_tokenizer import tiny_tokenizer
@@ -161,11 +163,41 @@ def test_a_marian_model_works_through_the_same_pipeline(tokenizer):
     assert results[0]["translation_text"] == direct_translation(marian, tokenizer, SOURCES[0], max_new_tokens=5)
 
 
+def test_the_length_limit_follows_the_source_as_in_the_paper(tokenizer, caplog):
+    assert max_new_tokens_for(10) == 60 and max_new_tokens_for(10, capacity=40) == 40  # source + 50 (section 6.1)
+    assert max_new_tokens_for(10, max_len_a=1.5, max_len_b=2) == 17  # fairseq's a * x + b
+    # A random model never ends by itself: it stops at the limit, and the warning says so.
+    translate = pipeline("translation", model=make_model(tokenizer, max_position_embeddings=64), tokenizer=tokenizer)
+    source = SOURCES[0]
+    source_length = len(tokenizer(source)["input_ids"])
+    with caplog.at_level(logging.WARNING):
+        ids = translate(source, return_tensors=True)[0]["translation_token_ids"]
+    assert len(ids) == 1 + source_length + 50  # the decoder start token, then the limit
+    assert "1 of 1 translations reached the length limit (max_new_tokens=" in caplog.text
+    ids = translate(source, return_tensors=True, max_len_a=0, max_len_b=3)[0]["translation_token_ids"]
+    assert len(ids) == 1 + 3
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        translate(source, max_new_tokens=4, eos_token_id=None)  # no end-of-sequence token: nothing to warn about
+    assert "length limit" not in caplog.text
+
+
+def test_given_lengths_apply_without_warnings_about_max_length(tokenizer, recwarn, caplog):
+    model = make_model(tokenizer)
+    model.generation_config = hf_vanilla_transformer.paper_generation_config(model.config)
+    translate = pipeline("translation", model=model, tokenizer=tokenizer)
+    with caplog.at_level(logging.WARNING):
+        assert len(translate(SOURCES[0], max_new_tokens=3, return_tensors=True)[0]["translation_token_ids"]) <= 4
+        assert len(translate(SOURCES[0], max_length=5, return_tensors=True)[0]["translation_token_ids"]) <= 5
+        model.generate(**tokenizer(SOURCES[0], return_tensors="pt"), max_new_tokens=3)
+    assert "seem to have been set" not in caplog.text and not [w for w in recwarn if "max_length" in str(w.message)]
+
+
 def test_the_pipeline_file_imports_only_the_standard_library_torch_and_transformers():
     # It is copied next to the model as remote code, where this package is not installed.
     source = Path(pipeline_translation.__file__).read_text()
     modules = {line.split()[1].split(".")[0] for line in source.splitlines() if line.startswith(("import ", "from "))}
-    assert modules <= {"functools", "re", "torch", "transformers"}, modules
+    assert modules <= {"re", "torch", "transformers"}, modules
 
 
 REMOTE_SCRIPT = textwrap.dedent(
@@ -208,14 +240,16 @@ def test_a_saved_pipeline_runs_as_remote_code_without_the_package(tokenizer, tmp
     assert json.loads(result.stdout.strip().splitlines()[-1]) == translator(SOURCES, max_new_tokens=5)
 
 
-def test_with_the_package_imported_a_saved_pipeline_folder_needs_trust_or_the_pipeline_class(tokenizer, tmp_path):
+def test_with_the_package_imported_a_saved_pipeline_folder_builds_the_local_pipeline(tokenizer, tmp_path):
+    # The folder names its pipeline in `custom_pipelines` (for processes without the package), which transformers
+    # checks before its registry; the locally registered pipeline wins, as local code wins for the model.
     translator = pipeline("translation", model=make_model(tokenizer), tokenizer=tokenizer)
     translator.save_pretrained(tmp_path)
-    with pytest.raises(ValueError, match="trust_remote_code=True"):  # transformers checks custom_pipelines first
-        pipeline("translation", model=str(tmp_path))
-    translate = pipeline("translation", model=str(tmp_path), pipeline_class=TranslationPipeline)
-    assert type(translate) is TranslationPipeline
-    assert translate(SOURCES[0], max_new_tokens=4) == translator(SOURCES[0], max_new_tokens=4)
+    assert "custom_pipelines" in json.loads((tmp_path / "config.json").read_text())
+    for trust in (None, True):
+        translate = pipeline("translation", model=str(tmp_path), trust_remote_code=trust)
+        assert type(translate) is TranslationPipeline
+        assert translate(SOURCES[0], max_new_tokens=4) == translator(SOURCES[0], max_new_tokens=4)
 
 
 def test_a_plain_saved_folder_builds_the_local_pipeline_without_remote_code(translator, tokenizer, tmp_path):
@@ -227,8 +261,8 @@ def test_a_plain_saved_folder_builds_the_local_pipeline_without_remote_code(tran
 
 
 def test_registration_is_idempotent():
-    register_translation_pipeline()
-    register_translation_pipeline()
+    _register_translation_pipeline()
+    _register_translation_pipeline()
     assert not hasattr(PIPELINE_REGISTRY.check_task.__wrapped__, "__wrapped__")
     assert PIPELINE_REGISTRY.check_task("translation_en_to_fr")[2] == ("en", "fr")
     assert PIPELINE_REGISTRY.supported_tasks["translation"]["impl"] is TranslationPipeline

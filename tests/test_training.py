@@ -20,13 +20,10 @@ from transformers import (
 from hf_vanilla_transformer import VanillaTransformerForConditionalGeneration
 from hf_vanilla_transformer.averaging import average_checkpoints, last_checkpoints
 from hf_vanilla_transformer.data import load_parallel_corpus, tokenize_corpus
+from hf_vanilla_transformer.errors import InputError
 from hf_vanilla_transformer.pipeline_translation import check_tokenizer_fits_model
 from hf_vanilla_transformer.tokenization import train_shared_bpe_tokenizer
-from hf_vanilla_transformer.training import (
-    BLEU_CHRF_PATH,
-    TranslationTrainer,
-    noam_learning_rate,
-)
+from hf_vanilla_transformer.training import TranslationTrainer, corpus_scores, noam_learning_rate
 
 from .conftest import tiny_config
 
@@ -99,7 +96,7 @@ def test_bundled_corpus_has_three_splits_and_its_license_notice():
     corpus = load_parallel_corpus()
     assert {split: len(ds) for split, ds in corpus.items()} == {"train": 30000, "validation": 1000, "test": 1000}
     assert set(corpus["test"][0]["translation"]) == {"de", "en"}
-    folder = ROOT / "hf_vanilla_transformer" / "data" / "tatoeba-de-en"
+    folder = ROOT / "hf_vanilla_transformer" / "corpora" / "tatoeba-de-en"
     assert "CC BY 2.0 FR" in (folder / "README.md").read_text() and (folder / "SOURCE_ABOUT.txt").is_file()
 
 
@@ -128,7 +125,7 @@ def test_missing_language_empty_split_and_bad_files_are_clear_errors(tmp_path, p
         load_parallel_corpus(train_file=str(tmp_path / "header_only.csv"))
     with pytest.raises(ValueError, match=r"unsupported file type '\.txt'"):
         load_parallel_corpus(train_file=str(tmp_path / "x.txt"))
-    with pytest.raises(FileNotFoundError, match="missing.jsonl"):
+    with pytest.raises(InputError, match="not found: .*missing.jsonl"):
         load_parallel_corpus(train_file=str(tmp_path / "missing.jsonl"))
 
 
@@ -202,14 +199,14 @@ def test_inverse_sqrt_schedule_with_the_noam_peak_is_the_papers_formula():
         assert schedule.get_last_lr()[0] == pytest.approx(paper, rel=1e-9), step
 
 
-def test_bleu_chrf_metric_loads_offline_and_matches_sacrebleu():
-    import evaluate
+def test_corpus_scores_are_sacrebleus_bleu_and_chrf():
     import sacrebleu
 
     hyps, refs = ["The cat sat on the mat.", "Hello there"], ["The cat sat on a mat.", "Hello there!"]
-    scores = evaluate.load(BLEU_CHRF_PATH).compute(predictions=hyps, references=refs)
+    scores = corpus_scores(hyps, refs)
     assert scores["bleu"] == pytest.approx(sacrebleu.corpus_bleu(hyps, [refs]).score)
     assert scores["chrf"] == pytest.approx(sacrebleu.corpus_chrf(hyps, [refs]).score)
+    assert corpus_scores(refs, refs)["bleu"] == pytest.approx(100.0)
 
 
 # --- end to end ----------------------------------------------------------------------------------------------------------
@@ -266,6 +263,8 @@ def test_training_overfits_a_few_pairs_and_the_folder_is_ready_to_share(pairs_fi
     } <= files
     generation_config = json.loads((out / "generation_config.json").read_text())
     assert (generation_config["num_beams"], generation_config["length_penalty"]) == (4, 0.6)
+    # No fixed length (evaluation must not leave transformers' max_length=20 there): limits follow the source.
+    assert "max_length" not in generation_config and "max_new_tokens" not in generation_config
 
     tokenizer = AutoTokenizer.from_pretrained(out)
     model = AutoModelForSeq2SeqLM.from_pretrained(out).eval()
@@ -311,9 +310,9 @@ def test_interrupted_and_resumed_training_reproduces_the_uninterrupted_losses(tm
 def test_training_refuses_to_overwrite_a_previous_run(tmp_path, pairs_file):
     (tmp_path / "old").mkdir()
     (tmp_path / "old" / "model.safetensors").write_bytes(b"precious")
-    with pytest.raises(ValueError, match="not empty.*--overwrite_output_dir"):
+    with pytest.raises(SystemExit, match="not empty.*--overwrite_output_dir"):
         run_training("--output_dir", tmp_path / "old", "--train_file", pairs_file, *TINY_MODEL)
-    with pytest.raises(ValueError, match="No complete checkpoint"):
+    with pytest.raises(SystemExit, match="No complete checkpoint"):
         run_training("--output_dir", tmp_path / "old", "--train_file", pairs_file, "--resume_from_checkpoint", "last")
     assert (tmp_path / "old" / "model.safetensors").read_bytes() == b"precious"
 
@@ -344,7 +343,7 @@ def test_checkpoint_averaging_writes_a_loadable_model_with_the_mean_weights(tmp_
         expected = sum(dict(m.named_parameters())[name] for m in models) / 3
         torch.testing.assert_close(param, expected, atol=1e-6, rtol=1e-6)
     assert AutoTokenizer.from_pretrained(tmp_path / "avg")("Ja.")["input_ids"]
-    with pytest.raises(ValueError, match="last 5 checkpoints but .* has 3"):
+    with pytest.raises(InputError, match="last 5 checkpoints but .* has 3"):
         last_checkpoints(tmp_path / "run", 5)
 
 

@@ -1,0 +1,216 @@
+#!/usr/bin/env python
+"""Speed of `hf-vanilla-transformer translate` against plain loops over pipeline("translation"), and the BLEU that
+its int8 and CTranslate2 engines give up.
+
+    python scripts/benchmark_translate.py --model outputs/demo-de-en            # 5,000 lines, every system
+    python scripts/benchmark_translate.py --model DIR --lines 1000 --systems pipeline translate
+
+The German side of the bundled test split, repeated to --lines lines, is translated by each system in a fresh process
+(after an untimed warm-up on its first 64 lines; with --repeats, in rotating order, the median reported) with the
+model's own decoding settings (beam 4, length penalty 0.6 for this package's trained models). Systems:
+- pipeline: a plain loop over `pipeline("translation")`, 32 lines per call in file order, `batch_size=32`;
+- pipeline-marian: the same loop with the same model as a MarianMTModel (`convert_marian.to_marian`, same function);
+- translate: `translate_file` (what the command runs), PyTorch float32, default batching;
+- translate-2proc: the same in two processes of one thread each (`accelerate launch`, gloo);
+- translate-int8: `--int8`; translate-ct2 / translate-ct2-int8: `--backend ctranslate2`, float32 / int8.
+Reported: sentences per second of the timed translation (model loading excluded), by the wall clock and by the
+processes' CPU time (on a shared machine, other users stretch the first but hardly the second; with one thread per
+process the two agree on an idle machine), the speed-up over the pipeline loop, the lines identical to its output,
+and BLEU on the test split (the first 1,000 lines) with its change against float32 PyTorch.
+"""
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from hf_vanilla_transformer.data import BUNDLED_CORPUS
+
+
+SYSTEMS = {
+    "pipeline": "pipeline loop (32 lines per call, file order)",
+    "pipeline-marian": "pipeline loop, MarianMTModel",
+    "translate": "translate, PyTorch float32",
+    "translate-2proc": "translate, 2 processes x 1 thread",
+    "translate-int8": "translate --int8",
+    "translate-ct2": "translate --backend ctranslate2",
+    "translate-ct2-int8": "translate --backend ctranslate2 --compute_type int8",
+}
+REFERENCE, BASELINE = "translate", "pipeline"  # BLEU changes are against the first, speed-ups against the second
+WARM_UP = 64
+
+
+def run_system(system: str, model: str, source: Path, output: Path) -> dict:
+    """Translate `source` into `output` with `system` (in this process); returns the wall-clock and CPU seconds of
+    the timed run (CPU: this process's, all its threads; under several processes, the slowest one's)."""
+
+    lines = source.read_text(encoding="utf-8").splitlines()
+    if system.startswith("pipeline"):
+        from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, pipeline
+
+        import hf_vanilla_transformer  # noqa: F401  (registers the model and the translation pipeline)
+        from hf_vanilla_transformer.convert_marian import to_marian
+
+        tokenizer = AutoTokenizer.from_pretrained(model)
+        loaded = AutoModelForSeq2SeqLM.from_pretrained(model).eval()
+        if system == "pipeline-marian":
+            loaded = to_marian(loaded)
+        translate = pipeline("translation", model=loaded, tokenizer=tokenizer, device="cpu")
+
+        def loop(batch_lines):
+            texts = []
+            for i in range(0, len(batch_lines), 32):
+                texts += [r["translation_text"] for r in translate(batch_lines[i : i + 32], batch_size=32)]
+            return texts
+
+        loop(lines[:WARM_UP])
+        start = time.perf_counter(), time.process_time()
+        texts = loop(lines)
+        seconds = _elapsed(start)
+        output.write_text("".join(text.replace("\n", " ") + "\n" for text in texts), encoding="utf-8")
+        return seconds
+    from hf_vanilla_transformer.translate import load_translator, translate_file, translate_lines
+
+    backend = "ctranslate2" if "ct2" in system else "torch"
+    translator = load_translator(
+        model,
+        backend=backend,
+        int8=system.endswith("int8") and backend == "torch",
+        compute_type="int8" if system.endswith("int8") and backend == "ctranslate2" else "default",
+        device="cpu",
+    )
+    list(translate_lines(lines[:WARM_UP], translator))
+    start = time.perf_counter(), time.process_time()
+    translate_file([str(source)], str(output), translator, quiet=True)
+    return _elapsed(start)
+
+
+def _elapsed(start: tuple[float, float]) -> dict:
+    import torch
+
+    seconds = torch.tensor([time.perf_counter() - start[0], time.process_time() - start[1]], dtype=torch.float64)
+    if torch.distributed.is_initialized():  # several processes: until the last one is done
+        torch.distributed.all_reduce(seconds, op=torch.distributed.ReduceOp.MAX)
+    return {"wall": seconds[0].item(), "cpu": seconds[1].item()}
+
+
+def measure(system: str, model: str, source: Path, output: Path, threads: int | None) -> dict:
+    """Run `system` in a fresh process (with `threads` threads); returns its timed seconds (wall, cpu)."""
+    command = [sys.executable, __file__, "--model", model, "--run", system, "--source", str(source)]
+    command += ["--output", str(output)]
+    env = dict(os.environ, **({"OMP_NUM_THREADS": str(threads)} if threads else {}))
+    if system == "translate-2proc":
+        launch = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2"]
+        launch += ["--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no"]
+        launch += ["--main_process_port", "29561", __file__]
+        command = launch + command[2:]
+        env["OMP_NUM_THREADS"] = "1"
+    run = subprocess.run(command, capture_output=True, text=True, env=env)
+    if run.returncode != 0:
+        raise RuntimeError(f"{system} failed:\n{run.stderr[-3000:]}")
+    return json.loads(run.stdout.strip().splitlines()[-1])
+
+
+def bleu(hypotheses: list[str], references: list[str]) -> float:
+    from hf_vanilla_transformer.training import corpus_scores
+
+    return corpus_scores(hypotheses, references)["bleu"]
+
+
+def cpu_name() -> str:
+    for line in Path("/proc/cpuinfo").read_text().splitlines() if Path("/proc/cpuinfo").exists() else []:
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return platform.processor() or platform.machine()
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", required=True, help="a trained model folder (with its tokenizer)")
+    parser.add_argument("--lines", type=int, default=5000)
+    parser.add_argument("--systems", nargs="+", default=list(SYSTEMS), choices=list(SYSTEMS))
+    parser.add_argument("--repeats", type=int, default=1, help="measurements per system (median reported)")
+    parser.add_argument("--threads", type=int, help="threads per process (default: PyTorch's; 2proc: 1 each)")
+    parser.add_argument("--output_json", help="also write the results here")
+    parser.add_argument("--run", choices=list(SYSTEMS), help=argparse.SUPPRESS)  # one system, in this process
+    parser.add_argument("--source", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--output", type=Path, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.run:
+        seconds = run_system(args.run, args.model, args.source, args.output)
+        if int(os.environ.get("RANK", "0")) == 0:
+            print(json.dumps(seconds))
+        return None
+
+    pairs = [json.loads(line)["translation"] for line in (BUNDLED_CORPUS / "test.jsonl").open(encoding="utf-8")]
+    sources = [pair["de"] for pair in pairs]
+    references = [pair["en"] for pair in pairs]
+    lines = [sources[i % len(sources)] for i in range(args.lines)]
+    results = dict(cpu=cpu_name(), cpu_count=os.cpu_count(), threads=args.threads, lines=args.lines, model=args.model)
+    results["load_average_before"] = os.getloadavg()[0]
+    results["rows"] = {}
+    with tempfile.TemporaryDirectory() as work:
+        source = Path(work) / "source.de"
+        source.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+        outputs, seconds = {}, {system: [] for system in args.systems}
+        for repeat in range(args.repeats):  # the order rotates, so that a change in the machine's load spreads out
+            for system in args.systems[repeat:] + args.systems[:repeat]:
+                output = Path(work) / f"{system}.en"
+                seconds[system].append(measure(system, args.model, source, output, args.threads))
+                outputs.setdefault(system, output.read_text(encoding="utf-8").splitlines())
+                print(f"{system}: {seconds[system][-1]}", file=sys.stderr)
+        for system, runs in seconds.items():
+            row = results["rows"][system] = {"runs": runs}
+            for clock in ("wall", "cpu"):
+                row[f"{clock}_seconds"] = statistics.median(run[clock] for run in runs)
+                row[f"sentences_per_{clock}_s"] = round(args.lines / row[f"{clock}_seconds"], 1)
+    for system, row in results["rows"].items():
+        texts = outputs[system]
+        row["bleu"] = round(bleu(texts[: len(references)], references[: len(texts)]), 2)
+        if BASELINE in results["rows"]:
+            for clock in ("wall", "cpu"):
+                row[f"{clock}_speedup"] = round(
+                    results["rows"][BASELINE][f"{clock}_seconds"] / row[f"{clock}_seconds"], 2
+                )
+            row["identical_to_pipeline"] = sum(a == b for a, b in zip(texts, outputs[BASELINE]))
+    if REFERENCE in results["rows"]:
+        for row in results["rows"].values():
+            row["bleu_change"] = round(row["bleu"] - results["rows"][REFERENCE]["bleu"], 2)
+    print(format_table(results))
+    if args.output_json:
+        Path(args.output_json).write_text(json.dumps(results, indent=2) + "\n")
+    return results
+
+
+def _repeats(results: dict) -> int:
+    return len(next(iter(results["rows"].values()))["runs"])
+
+
+def format_table(results: dict) -> str:
+    """Markdown: sentences/s by wall clock and by the processes' CPU time (which another user of a shared machine
+    cannot stretch), speed-ups over the pipeline loop, identical lines and BLEU."""
+    out = [
+        f"{results['lines']} lines; {results['cpu']}, {results['cpu_count']} CPUs, {results['threads'] or 'default'} "
+        f"thread(s) per process; median of {_repeats(results)} run(s) each; load average "
+        f"{results['load_average_before']:.1f} before the run",
+        "",
+        "| system | sentences/s (wall) | speed-up (wall) | sentences/s (CPU time) | speed-up (CPU time) "
+        "| lines identical to the pipeline loop | BLEU | BLEU change |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for system, row in results["rows"].items():
+        cells = [SYSTEMS[system], row["sentences_per_wall_s"], row.get("wall_speedup", ""), row["sentences_per_cpu_s"]]
+        cells += [row.get("cpu_speedup", ""), row.get("identical_to_pipeline", ""), row["bleu"]]
+        cells.append(f"{row['bleu_change']:+.2f}" if "bleu_change" in row else "")
+        out.append("| " + " | ".join(str(c) for c in cells) + " |")
+    return "\n".join(out)
+
+
+if __name__ == "__main__":
+    main()
