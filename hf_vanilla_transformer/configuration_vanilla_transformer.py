@@ -208,9 +208,10 @@ class VanillaTransformerConfig(PreTrainedConfig):
                     fail(name, f"None or a token id in [0, vocab_size={self.vocab_size})")
 
     def get_text_config(self, decoder=None, encoder=None) -> "VanillaTransformerConfig":
-        """Caches and `generate()` read the generic sizes (`num_hidden_layers`, `num_attention_heads`), which name the
-        encoder's; a decoder-only config answers with its decoder's."""
-        if self.is_encoder_decoder:
+        """Caches read the generic sizes (`num_hidden_layers`, `num_attention_heads`) from `decoder=True`, and they name
+        the encoder's; a decoder-only config answers that with a copy holding its decoder's. Otherwise the config
+        itself, which callers such as `resize_token_embeddings` update."""
+        if self.is_encoder_decoder or not decoder:
             return super().get_text_config(decoder=decoder, encoder=encoder)
         decoder_sizes = copy.deepcopy(self)
         decoder_sizes.encoder_layers = self.decoder_layers

@@ -454,13 +454,16 @@ class VanillaTransformerStack(VanillaTransformerPreTrainedModel):
         self.layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps) if config.stack_layer_norm else None
         self.post_init()
 
-    def embed(self, input_ids, inputs_embeds, attention_mask, past_length=0, name="input_ids") -> torch.Tensor:
+    def embed(
+        self, input_ids, inputs_embeds, attention_mask, past_length=0, name="input_ids", position_ids=None
+    ) -> torch.Tensor:
         """(b, t) ids or (b, t, d) unscaled embeddings -> (b, t, d) input of the first layer."""
         check_inputs(self.config, name, input_ids, inputs_embeds, attention_mask, past_length)
         if inputs_embeds is None:
             inputs_embeds = self.embed_tokens(input_ids)
         inputs_embeds = inputs_embeds.to(self.embed_tokens.weight.dtype)  # e.g. float32 embeddings into a half model
-        position_ids = _position_ids(attention_mask, inputs_embeds.shape[1], past_length, inputs_embeds.device)
+        if position_ids is None:
+            position_ids = _position_ids(attention_mask, inputs_embeds.shape[1], past_length, inputs_embeds.device)
         hidden_states = inputs_embeds * self.embed_scale + self.embed_positions(position_ids).to(inputs_embeds.dtype)
         return nn.functional.dropout(hidden_states, p=self.config.dropout, training=self.training)
 
@@ -541,6 +544,7 @@ class VanillaTransformerDecoder(VanillaTransformerStack):
         use_cache: bool | None = None,
         padding: Padding | None = None,  # of the new target tokens, when the caller already has it
         encoder_padding: Padding | None = None,  # `Padding(encoder_attention_mask)`, when the caller already has it
+        position_ids: torch.LongTensor | None = None,  # (b, t); by default counted over the real tokens
         **kwargs: Unpack[TransformersKwargs],
     ) -> BaseModelOutputWithPastAndCrossAttentions:
         if (encoder_hidden_states is None) == self.config.is_encoder_decoder:
@@ -554,7 +558,9 @@ class VanillaTransformerDecoder(VanillaTransformerStack):
             if self.config.is_encoder_decoder:
                 past_key_values = EncoderDecoderCache(past_key_values, DynamicCache(config=self.config))
         past_length = past_key_values.get_seq_length() if past_key_values is not None else 0
-        hidden_states = self.embed(input_ids, inputs_embeds, attention_mask, past_length, "decoder_input_ids")
+        hidden_states = self.embed(
+            input_ids, inputs_embeds, attention_mask, past_length, "decoder_input_ids", position_ids
+        )
         if attention_mask is not None and attention_mask.dim() == 2:
             padding = self.padding(attention_mask[:, -hidden_states.shape[1] :], padding, kwargs)  # new tokens
         else:
@@ -827,6 +833,7 @@ class VanillaTransformerForCausalLM(VanillaTransformerPreTrainedModel, Generatio
         inputs_embeds: torch.Tensor | None = None,
         labels: torch.LongTensor | None = None,  # (b, t), the inputs themselves: shifted here; -100 is ignored
         use_cache: bool | None = None,
+        position_ids: torch.LongTensor | None = None,  # (b, t); generate() passes them: a 4D mask hides the padding
         logits_to_keep: int = 0,  # `generate()` asks for the last position only
         **kwargs: Unpack[TransformersKwargs],
     ) -> CausalLMOutputWithPast:
@@ -839,6 +846,7 @@ class VanillaTransformerForCausalLM(VanillaTransformerPreTrainedModel, Generatio
             past_key_values=past_key_values,
             inputs_embeds=inputs_embeds,
             use_cache=use_cache,
+            position_ids=position_ids,
             **kwargs,
         )
         hidden_states = outputs.last_hidden_state

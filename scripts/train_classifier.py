@@ -27,7 +27,7 @@ from hf_vanilla_transformer.classification import (
 )
 from hf_vanilla_transformer.data import BUNDLED_ATTRIBUTION, load_parallel_corpus
 from hf_vanilla_transformer.tokenization import train_shared_bpe_tokenizer
-from hf_vanilla_transformer.training import TimeBudgetCallback, epochs_seen, write_json
+from hf_vanilla_transformer.training import TrainingProgressCallback, epochs_seen, write_json
 
 
 @dataclass
@@ -39,7 +39,10 @@ class ClassifierArguments:
     ffn_dim: int = field(default=1024)
     dropout: float = field(default=0.1)
     pooling: str = field(default="mean", metadata={"help": "mean or first", "choices": ["mean", "first"]})
-    max_train_minutes: float = field(default=5.0, metadata={"help": "Stop training after this long (0: no limit)."})
+    max_train_minutes: float = field(
+        default=0,
+        metadata={"help": "Also stop after this many minutes (0: none); the result then depends on the machine."},
+    )
     examples: list[str] = field(
         default_factory=lambda: [
             "Do you know where Tom lives",
@@ -98,7 +101,7 @@ def main():
         processing_class=tokenizer,
         data_collator=DataCollatorWithPadding(tokenizer),
         compute_metrics=classification_metrics,
-        callbacks=[TimeBudgetCallback(minutes)] if minutes > 0 else [],
+        callbacks=[TrainingProgressCallback(minutes)],
     )
     train_result = trainer.train()
     trainer.save_model()  # model (with id2label), tokenizer and code files

@@ -3,7 +3,7 @@
 continue prompts greedily and with temperature / top-k / top-p sampling.
 
     python scripts/train_language_model.py                                  # the demo: ~8 minutes on 2 CPU cores
-    python scripts/train_language_model.py --language de --output_dir outputs/demo-lm-de --max_train_minutes 20
+    python scripts/train_language_model.py --language de --output_dir outputs/demo-lm-de --max_steps 3000
 
 Arguments: the dataclass below plus every `TrainingArguments` field (`--help` lists them all). The output folder loads
 with `pipeline("text-generation", model=folder)` (add `trust_remote_code=True` where this package is not installed).
@@ -28,7 +28,7 @@ from hf_vanilla_transformer.language_modeling import (
     tokenize_texts,
     train_language_model_tokenizer,
 )
-from hf_vanilla_transformer.training import TimeBudgetCallback, epochs_seen, write_json
+from hf_vanilla_transformer.training import TrainingProgressCallback, epochs_seen, write_json
 
 
 @dataclass
@@ -43,7 +43,10 @@ class LanguageModelArguments:
     max_length: int = field(
         default=64, metadata={"help": "Longer texts are cut (the corpus's longest has 34 tokens)."}
     )
-    max_train_minutes: float = field(default=8.0, metadata={"help": "Stop training after this long (0: no limit)."})
+    max_train_minutes: float = field(
+        default=0,
+        metadata={"help": "Also stop after this many minutes (0: none); the result then depends on the machine."},
+    )
     prompts: list[str] = field(
         default_factory=lambda: ["Tom is", "I don't think", "Where did you", "The weather"],
         metadata={"help": "Prompts to continue at the end."},
@@ -62,7 +65,7 @@ DEMO_DEFAULTS = dict(
     lr_scheduler_type="inverse_sqrt",
     warmup_steps=300,
     adam_beta2=0.98,
-    num_train_epochs=100,  # the time budget ends the demo first
+    max_steps=1500,  # a fixed length: the same model on every machine
     eval_strategy="steps",
     eval_steps=500,
     save_strategy="no",
@@ -97,7 +100,7 @@ def main():
         eval_dataset=data["validation"],
         processing_class=tokenizer,
         data_collator=DataCollatorForSeq2Seq(tokenizer),  # pads labels with -100
-        callbacks=[TimeBudgetCallback(minutes)] if minutes > 0 else [],
+        callbacks=[TrainingProgressCallback(minutes)],
     )
     train_result = trainer.train()
     trainer.save_model()  # model, tokenizer, generation config and code files
