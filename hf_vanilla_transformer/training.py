@@ -3,6 +3,7 @@
 import copy
 import json
 import math
+import platform
 import re
 import time
 from pathlib import Path
@@ -251,3 +252,21 @@ def write_json(path, data) -> None:
 
 def epochs_seen(state) -> float:
     return round(state.epoch, 2) if state.epoch is not None and not math.isnan(state.epoch) else 0.0
+
+
+def cpu_model() -> str:
+    """The CPU's model name with its widest vector instructions: cloud CPUs often report only "AMD EPYC", and the
+    vector width is what sets the speed of these models."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            first_cpu = f.read().split("\n\n")[0]
+    except OSError:
+        return platform.processor() or platform.machine()
+    info = {key.strip(): value.strip() for key, _, value in (line.partition(":") for line in first_cpu.splitlines())}
+    flags = set(info.get("flags", "").split())
+    vectors = next((name for flag, name in CPU_VECTORS if flag in flags), None)
+    name = info.get("model name") or platform.machine()
+    return f"{name} ({vectors})" if vectors else name
+
+
+CPU_VECTORS = [("avx512_bf16", "AVX-512 BF16"), ("avx512f", "AVX-512"), ("avx2", "AVX2, no AVX-512")]

@@ -22,7 +22,6 @@ and BLEU on the test split (the first 1,000 lines) with its change against float
 import argparse
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -31,6 +30,7 @@ import time
 from pathlib import Path
 
 from hf_vanilla_transformer.data import BUNDLED_CORPUS
+from hf_vanilla_transformer.training import cpu_model
 
 
 SYSTEMS = {
@@ -123,13 +123,6 @@ def bleu(hypotheses: list[str], references: list[str]) -> float:
     return corpus_scores(hypotheses, references)["bleu"]
 
 
-def cpu_name() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines() if Path("/proc/cpuinfo").exists() else []:
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return platform.processor() or platform.machine()
-
-
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", required=True, help="a trained model folder (with its tokenizer)")
@@ -152,7 +145,7 @@ def main(argv=None):
     sources = [pair["de"] for pair in pairs]
     references = [pair["en"] for pair in pairs]
     lines = [sources[i % len(sources)] for i in range(args.lines)]
-    results = dict(cpu=cpu_name(), cpu_count=os.cpu_count(), threads=args.threads, lines=args.lines, model=args.model)
+    results = dict(cpu=cpu_model(), cpu_count=os.cpu_count(), threads=args.threads, lines=args.lines, model=args.model)
     results["load_average_before"] = os.getloadavg()[0]
     results["rows"] = {}
     with tempfile.TemporaryDirectory() as work:

@@ -12,7 +12,6 @@ them (a missing file, a wrong column, a folder holding another run) end with one
 
 import logging
 import os
-import platform
 import shlex
 import sys
 import time
@@ -40,6 +39,7 @@ from hf_vanilla_transformer.training import (
     TranslationDataCollator,
     TranslationTrainer,
     build_compute_metrics,
+    cpu_model,
     epochs_seen,
     last_complete_checkpoint,
     noam_learning_rate,
@@ -395,14 +395,6 @@ def hardware() -> str:
     if torch.cuda.is_available():
         return f"{torch.cuda.device_count()} x {torch.cuda.get_device_name(0)}"
     return f"{cpu_model()}, {torch.get_num_threads()} threads ({os.cpu_count()} cores visible)"
-
-
-def cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            return next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
-    except (OSError, StopIteration):
-        return platform.processor() or platform.machine()
 
 
 def report(summary, model, tokenizer, sentences, output_dir):
