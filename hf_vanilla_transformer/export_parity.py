@@ -93,7 +93,10 @@ def parity_table(
     sources, references = [p[source_lang] for p in pairs], [p[target_lang] for p in pairs]
     model = VanillaTransformerForConditionalGeneration.from_pretrained(model_dir).eval()
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    beam = model.generation_config
+    beam = GenerationConfig.from_dict(model.generation_config.to_dict())
+    if beam.max_length is None and beam.max_new_tokens is None:
+        # One length budget for every engine: generate()'s default (source length + 50) has no equivalent elsewhere.
+        beam.max_new_tokens = model.config.max_position_embeddings - 1
     greedy = {"num_beams": 1, "length_penalty": 1.0, "early_stopping": False}  # beam-only settings at their defaults
     decodings = {"greedy": GenerationConfig.from_dict({**beam.to_dict(), **greedy})}
     decodings[f"beam {beam.num_beams}, length penalty {beam.length_penalty}"] = beam
