@@ -50,17 +50,21 @@ class Translator:
 
     The limit follows fairseq's `--max-len-a/--max-len-b`: at most int(a * source tokens + b) new tokens (EOS included
     if the model ends the translation there), where the source tokens include EOS. fairseq applies it per batch with
-    the longest source; here every sentence has its own, so results do not depend on what shares the batch. a
-    defaults to 0 and b to the model's own limit (its generation config), and the limit never exceeds what the model
-    can generate.
+    the longest source; here every sentence has its own, so results do not depend on what shares the batch. With
+    neither set, the model's own limit (its generation config) or else the paper's source length + 50, as generate()
+    and the pipeline; b alone means a = 0; a alone keeps the default b. The limit never exceeds what the model can
+    generate.
     """
 
-    def __init__(self, backend, max_len_a: float = 0.0, max_len_b: int | None = None, settings: dict | None = None):
-        if max_len_a < 0 or (max_len_b is not None and max_len_b < 0):
+    def __init__(
+        self, backend, max_len_a: float | None = None, max_len_b: int | None = None, settings: dict | None = None
+    ):
+        if (max_len_a is not None and max_len_a < 0) or (max_len_b is not None and max_len_b < 0):
             raise ValueError(f"--max_len_a and --max_len_b must be >= 0, got {max_len_a} and {max_len_b}.")
         self.backend, self.tokenizer, self.nbest = backend, backend.tokenizer, backend.nbest
-        self.max_len_a = max_len_a
-        self.max_len_b = backend.default_new_tokens if max_len_b is None else max_len_b
+        default_a, default_b = backend.default_length_rule
+        self.max_len_a = (default_a if max_len_b is None else 0.0) if max_len_a is None else max_len_a
+        self.max_len_b = default_b if max_len_b is None else max_len_b
         self.settings = settings or {}
 
     def limit(self, source_length: int) -> int:
@@ -123,7 +127,7 @@ def load_translator(
     backend: str = "torch",
     generation: dict | None = None,
     nbest: int = 1,
-    max_len_a: float = 0.0,
+    max_len_a: float | None = None,
     max_len_b: int | None = None,
     device: str | None = None,
     dtype: str = "float32",
@@ -390,8 +394,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     decoding.add_argument("--top_k", type=int)
     decoding.add_argument("--top_p", type=float)
     decoding.add_argument("--seed", type=int, default=0, help="sampling seed (each batch is seeded from it)")
-    decoding.add_argument("--max_len_a", type=float, default=0.0, help="new tokens <= a * source tokens + b")
-    decoding.add_argument("--max_len_b", type=int, help="(default: the model's own limit)")
+    decoding.add_argument("--max_len_a", type=float, help="new tokens <= a * source tokens + b")
+    decoding.add_argument(
+        "--max_len_b", type=int, help="(default: the model's own limit, else a=1, b=50 as generate())"
+    )
     batching = parser.add_argument_group("batching")
     batching.add_argument(
         "--max_tokens", type=int, help=f"padded source tokens per batch (default {DEFAULT_MAX_TOKENS})"

@@ -29,7 +29,7 @@ from transformers.tokenization_utils_base import VERY_LARGE_INTEGER
 from transformers.utils import logging
 
 from .configuration_vanilla_transformer import VanillaTransformerConfig
-from .pipeline_translation import TranslationPipeline, check_tokenizer_fits_model
+from .pipeline_translation import MAX_LEN_A, MAX_LEN_B, check_tokenizer_fits_model
 
 
 logger = logging.get_logger(__name__)
@@ -84,13 +84,14 @@ def input_limit(tokenizer, config) -> int | None:
     return min((n for n in limits if n and n < VERY_LARGE_INTEGER), default=None)
 
 
-def default_new_tokens(generation_config: GenerationConfig) -> int:
-    """The model's own length limit in new tokens, else the translation pipeline's default."""
+def default_length_rule(generation_config: GenerationConfig) -> tuple[float, int]:
+    """(a, b) of the default limit a x source tokens + b new tokens: the model's own limit where its generation config
+    sets one (a = 0), else the translation pipeline's source length + 50, as generate() does for our models."""
     if generation_config.max_new_tokens is not None:
-        return generation_config.max_new_tokens
+        return 0.0, generation_config.max_new_tokens
     if generation_config.max_length is not None:
-        return generation_config.max_length - 1  # an encoder-decoder's max_length counts the decoder start token
-    return TranslationPipeline._default_generation_config.max_new_tokens
+        return 0.0, generation_config.max_length - 1  # an encoder-decoder's max_length counts the decoder start token
+    return float(MAX_LEN_A), MAX_LEN_B
 
 
 class SentenceLengthLimit(StoppingCriteria):
@@ -157,7 +158,7 @@ class TorchBackend:
         self.input_limit = input_limit(tokenizer, model.config)
         positions = getattr(model.config, "max_position_embeddings", None)
         self.max_new_tokens = positions - 1 if positions else None  # the decoder start takes a position
-        self.default_new_tokens = default_new_tokens(generation_config)
+        self.default_length_rule = default_length_rule(generation_config)
         self.length_penalty = _length_penalty(generation_config)
         self.generation_config = copy.deepcopy(generation_config)
         self.generation_config.max_length = self.generation_config.max_new_tokens = None  # set per batch
@@ -269,7 +270,7 @@ class CTranslate2Backend:
         self.translator, self.tokenizer, self.nbest = translator, tokenizer, nbest
         self.input_limit = limit
         self.max_new_tokens = limit - 1 if limit else None
-        self.default_new_tokens = default_new_tokens(generation_config)
+        self.default_length_rule = default_length_rule(generation_config)
         self.length_penalty = _length_penalty(generation_config)
         # Long lines are split before they get here (max_input_length=0: no truncation); EOS shows who ended.
         self.options = translate_options(

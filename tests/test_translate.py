@@ -1,6 +1,7 @@
 """The translate command: order and batching, scores and n-best formats, length limits, long lines, bounded memory,
 resume after a kill, input and model errors, int8, MarianMT and CTranslate2, two processes, the entry point."""
 
+import copy
 import json
 import math
 import os
@@ -207,6 +208,19 @@ def test_each_sentence_gets_its_own_length_limit_and_hitting_it_is_reported(
     assert capsys.readouterr().err == ""  # quiet: no progress bar
     with pytest.raises(ValueError, match="at least 1"):
         Translator(translator.backend, max_len_a=0.0, max_len_b=0).limit(5)
+    assert (translator.max_len_a, translator.max_len_b) == (0.8, 1)
+    model_limit = Translator(translator.backend)  # the model's generation config says max_length=24
+    assert (model_limit.max_len_a, model_limit.max_len_b) == (0.0, 23)
+    assert Translator(translator.backend, max_len_b=5).max_len_a == 0.0
+
+
+def test_a_model_without_a_length_limit_gets_the_source_length_plus_50_as_generate(model_and_tokenizer):
+    model, tokenizer = model_and_tokenizer
+    unlimited = copy.deepcopy(model)
+    unlimited.generation_config.max_length = None
+    translator = load_translator(unlimited, tokenizer=tokenizer, device="cpu")
+    assert (translator.max_len_a, translator.max_len_b) == (1.0, 50)
+    assert translator.limit(4) == 54 and translator.limit(80) == unlimited.config.max_position_embeddings - 1
 
 
 def test_split_to_fit_cuts_at_sentences_then_words_then_characters():
@@ -242,7 +256,7 @@ class EchoBackend:
 
     def __init__(self, tokenizer):
         self.tokenizer, self.nbest, self.input_limit, self.max_new_tokens = tokenizer, 1, None, None
-        self.default_new_tokens, self.length_penalty = 64, 1.0
+        self.default_length_rule, self.length_penalty = (0.0, 64), 1.0
 
     def generate(self, sources, limits, scores=True, seed=0):
         return [[Hypothesis(s[-2::-1] + s[-1:], [-0.5] * len(s), False)] for s in sources]
