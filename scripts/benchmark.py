@@ -48,6 +48,7 @@ from transformers.trainer_pt_utils import LabelSmoother
 
 from hf_vanilla_transformer import VanillaTransformerForConditionalGeneration
 from hf_vanilla_transformer.sizes import expand_sizes, model_config_for
+from hf_vanilla_transformer.training import cpu_model
 
 
 SIZES = {
@@ -670,6 +671,7 @@ def main(argv=None) -> dict:
     summary = {
         "settings": {
             "device": args.device,
+            "cpu": cpu_model(),
             "threads": args.threads,
             "repeats": args.repeats,
             "seed": SEED,
