@@ -818,12 +818,6 @@ class VanillaTransformerForCausalLM(VanillaTransformerPreTrainedModel, Generatio
         self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
         self.post_init()
 
-    def get_input_embeddings(self) -> nn.Embedding:
-        return self.model.embed_tokens
-
-    def set_input_embeddings(self, value: nn.Embedding):
-        self.model.embed_tokens = value
-
     @can_return_tuple
     def forward(
         self,
@@ -873,12 +867,6 @@ class VanillaTransformerForSequenceClassification(VanillaTransformerPreTrainedMo
         self.model = VanillaTransformerEncoder(config)
         self.classifier = nn.Linear(config.d_model, config.num_labels)
         self.post_init()
-
-    def get_input_embeddings(self) -> nn.Embedding:
-        return self.model.embed_tokens
-
-    def set_input_embeddings(self, value: nn.Embedding):
-        self.model.embed_tokens = value
 
     @can_return_tuple
     def forward(
