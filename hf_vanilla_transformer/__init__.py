@@ -15,15 +15,15 @@ from transformers import (
 from transformers.models.auto import modeling_auto
 from transformers.pipelines import PIPELINE_REGISTRY, REMOVED_TASKS
 
-from .configuration_vanilla_transformer import VanillaTransformerConfig, paper_generation_config
-from .modeling_vanilla_transformer import (
+from .model.configuration_vanilla_transformer import VanillaTransformerConfig, paper_generation_config
+from .model.modeling_vanilla_transformer import (
     VanillaTransformerForCausalLM,
     VanillaTransformerForConditionalGeneration,
     VanillaTransformerForSequenceClassification,
     VanillaTransformerModel,
     VanillaTransformerPreTrainedModel,
 )
-from .pipeline_translation import TASK_PATTERN, TranslationPipeline
+from .model.pipeline_translation import TASK_PATTERN, TranslationPipeline
 
 
 __version__ = "0.1.0"

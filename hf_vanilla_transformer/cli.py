@@ -1,17 +1,65 @@
-"""`hf-vanilla-transformer COMMAND ...`: the package's command line, one sub-command per task (`translate`)."""
+"""`hf-vanilla-transformer COMMAND ...` (or `python -m hf_vanilla_transformer`): every workflow of the package.
 
-import argparse
+Each command lives beside what it runs (`<room>/command.py`, a `main(argv, prog)`); this module only dispatches, so
+that `--help` and a mistyped command answer without loading torch.
+"""
+
+import importlib
 import sys
 
-from . import translate
+from .errors import InputError
+
+
+PROG = "hf-vanilla-transformer"
+# command -> (module, function, one-line help)
+COMMANDS = {
+    "train": ("recipes.command", "main", "train a translator (with no options: the bundled demo), a language model or a classifier"),
+    "translate": ("translate.command", "main", "translate text files, line by line, with a trained model"),
+    "export": ("interop.command", "export", "export a trained model to CTranslate2, MarianMTModel or ONNX, exactly"),
+    "verify-export": ("interop.command", "verify", "how exactly every export reproduces a model, on a test set"),
+    "average": ("training.command", "main", "average the last checkpoints of a training run (section 6.1)"),
+    "publish": ("hub.command", "main", "publish a trained model to the Hugging Face Hub with its model card"),
+    "demo": ("demo.command", "demo", "serve the Gradio translation page, or write it as a Hugging Face Space"),
+    "web-page": ("demo.command", "web_page", "build a page that translates in the browser, with no server"),
+    "plot": ("demo.command", "plot", "draw a translation's attention, or the positional encoding, as PNG files"),
+}  # fmt: skip
+
+
+def usage() -> str:
+    width = max(map(len, COMMANDS))
+    commands = "\n".join(f"  {name:<{width}}  {help}" for name, (_, _, help) in COMMANDS.items())
+    return (
+        f"usage: {PROG} COMMAND [options]\n\n"
+        "The Transformer of 'Attention Is All You Need' as a Hugging Face model: train it, translate with it, export "
+        f"it, publish it.\n\ncommands:\n{commands}\n\n`{PROG} COMMAND --help` describes each command's options."
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="hf-vanilla-transformer")
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    translate.add_arguments(commands.add_parser("translate", help=translate.__doc__.split("\n")[0]))
-    args = parser.parse_args(argv)
-    return {"translate": translate.run}[args.command](args)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if not argv or argv[0] in ("-h", "--help"):
+        print(usage(), file=sys.stdout if argv else sys.stderr)
+        return 0 if argv else 2
+    if argv[0] == "--version":
+        from . import __version__
+
+        print(f"{PROG} {__version__}")
+        return 0
+    name = argv[0]
+    if name not in COMMANDS:
+        print(f"{PROG}: error: unknown command {name!r}; the commands are {', '.join(COMMANDS)}.", file=sys.stderr)
+        return 2
+    module, function, _ = COMMANDS[name]
+    prog = f"{PROG} {name}"
+    run = getattr(importlib.import_module(f"{__package__}.{module}"), function)
+    from transformers.utils import logging
+
+    logging.disable_progress_bar()  # "Loading weights" bars: noise in a command's output
+    try:
+        return run(argv[1:], prog) or 0
+    except InputError as error:
+        print(f"{prog}: error: {error}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

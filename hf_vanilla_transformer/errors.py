@@ -1,30 +1,25 @@
-"""Mistakes in what a user gave (a file, a column, a folder, an option), told apart from bugs."""
+"""How a user's mistake ends, the same in every command: one line on stderr naming the option, file or folder and what
+was expected, exit status 2, no traceback. Bugs keep their tracebacks."""
 
-import functools
-import os
+import argparse
 import sys
-from collections.abc import Callable
 
 
 class InputError(ValueError):
-    """A problem with the user's input, named in the message with what was expected.
-
-    The command-line scripts report it as one line and a non-zero exit status; any other exception is a bug and keeps
-    its traceback.
-    """
+    """A problem with what a user gave (a file, a column, a folder, an option), named in the message with what was
+    expected. `hf-vanilla-transformer` reports it as one line; any other exception is a bug."""
 
 
-def exit_on_input_error(main: Callable) -> Callable:
-    """Wrap a command-line `main`: an [`InputError`] ends the program with its message on stderr and exit status 1."""
+class OneLineErrors:
+    """For `argparse.ArgumentParser` subclasses: a wrong option is reported as one line, like an [`InputError`]."""
 
-    @functools.wraps(main)
-    def run(*args, **kwargs):
-        try:
-            return main(*args, **kwargs)
-        except InputError as error:
-            raise SystemExit(f"{os.path.basename(sys.argv[0])}: error: {error}") from None
-
-    return run
+    def error(self, message: str):
+        print(f"{self.prog}: error: {message} (see --help)", file=sys.stderr)
+        sys.exit(2)
 
 
-__all__ = ["InputError", "exit_on_input_error"]
+class CommandParser(OneLineErrors, argparse.ArgumentParser):
+    """The argument parser of every sub-command."""
+
+
+__all__ = ["CommandParser", "InputError", "OneLineErrors"]

@@ -1,8 +1,8 @@
 #!/usr/bin/env python
 """Speed benchmark: our model against transformers' MarianMTModel, torch.nn.Transformer and CTranslate2.
 
-    python scripts/benchmark.py --sizes small base --bf16     # CPU: float32 rows (the result) + bf16-autocast rows
-    python scripts/benchmark.py --sizes small base --device cuda   # GPU: the torch systems in bf16 autocast
+    python -m scripts.benchmark --sizes small base --bf16     # CPU: float32 rows (the result) + bf16-autocast rows
+    python -m scripts.benchmark --sizes small base --device cuda   # GPU: the torch systems in bf16 autocast
 
 Every system has the same architecture and size, is randomly initialised (seeded) and gets the same workload:
 - training: forward + backward + AdamW step with label smoothing 0.1, batches of 32 pairs with random source and target
@@ -40,15 +40,16 @@ from pathlib import Path
 
 import torch
 import transformers
-from benchmark_ctranslate2 import BOS, EOS, PAD, SPECIAL_TOKENS, UNK, convert_marian, vocabulary
 from tokenizers import Tokenizer, models
 from torch import nn
 from transformers import MarianConfig, MarianMTModel, PreTrainedTokenizerFast
 from transformers.trainer_pt_utils import LabelSmoother
 
 from hf_vanilla_transformer import VanillaTransformerForConditionalGeneration
-from hf_vanilla_transformer.sizes import expand_sizes, model_config_for
-from hf_vanilla_transformer.training import cpu_model
+from hf_vanilla_transformer.recipes.common import expand_sizes, model_config_for
+from hf_vanilla_transformer.training.report import cpu_model
+
+from .benchmark_ctranslate2 import BOS, EOS, PAD, SPECIAL_TOKENS, UNK, convert_marian, vocabulary
 
 
 SIZES = {
@@ -380,7 +381,7 @@ def convert_for_ct2(size: str, output_dir: str) -> str:
 def export_ours_for_ct2(size: str, output_dir: str) -> str:
     """Our model of the benchmark (same seed, same weights), exported by `export_ctranslate2` with a word-level
     tokenizer over benchmark_ctranslate2's synthetic vocabulary (the token strings its timing script decodes)."""
-    from hf_vanilla_transformer.export_ctranslate2 import export_ctranslate2
+    from hf_vanilla_transformer.interop.ctranslate2 import export_ctranslate2
 
     quiet()
     tokens = vocabulary(SIZES[size]["vocab_size"])
@@ -435,7 +436,7 @@ def ct2_systems(device: str) -> dict:
 
 def export_ours_for_onnx(size: str, output_dir: str) -> str:
     """Our model of the benchmark (same seed, same weights), exported by `export_onnx` with its int8 graphs."""
-    from hf_vanilla_transformer.export_onnx import export_onnx
+    from hf_vanilla_transformer.interop.onnx import export_onnx
 
     quiet()
     with tempfile.TemporaryDirectory() as model_dir:
@@ -445,7 +446,7 @@ def export_ours_for_onnx(size: str, output_dir: str) -> str:
 
 def measure_onnx(onnx_dir: str, quantized: bool, threads: int, workload: dict) -> dict:
     """Seconds of greedy generation by the package's ONNX Runtime loop (`OnnxSeq2SeqLM`; it has no beam search)."""
-    from hf_vanilla_transformer.onnx_runtime import OnnxSeq2SeqLM
+    from hf_vanilla_transformer.interop.onnx_runtime import OnnxSeq2SeqLM
 
     model = OnnxSeq2SeqLM(onnx_dir, quantized, num_threads=threads)
     sources = [workload["sources"][i : i + GENERATION_BATCH] for i in range(0, SOURCES, GENERATION_BATCH)]

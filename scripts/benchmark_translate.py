@@ -2,8 +2,8 @@
 """Speed of `hf-vanilla-transformer translate` against plain loops over pipeline("translation"), and the BLEU that
 its int8 and CTranslate2 engines give up.
 
-    python scripts/benchmark_translate.py --model outputs/demo-de-en            # 5,000 lines, every system
-    python scripts/benchmark_translate.py --model DIR --lines 1000 --systems pipeline translate
+    python -m scripts.benchmark_translate --model outputs/demo-de-en            # 5,000 lines, every system
+    python -m scripts.benchmark_translate --model DIR --lines 1000 --systems pipeline translate
 
 The German side of the bundled test split, repeated to --lines lines, is translated by each system in a fresh process
 (after an untimed warm-up on its first 64 lines; with --repeats, in rotating order, the median reported) with the
@@ -29,8 +29,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from hf_vanilla_transformer.data import BUNDLED_CORPUS
-from hf_vanilla_transformer.training import cpu_model
+from hf_vanilla_transformer.data.corpus import BUNDLED_CORPUS
+from hf_vanilla_transformer.training.report import cpu_model
 
 
 SYSTEMS = {
@@ -55,7 +55,7 @@ def run_system(system: str, model: str, source: Path, output: Path) -> dict:
         from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, pipeline
 
         import hf_vanilla_transformer  # noqa: F401  (registers the model and the translation pipeline)
-        from hf_vanilla_transformer.convert_marian import to_marian
+        from hf_vanilla_transformer.interop.marian import to_marian
 
         tokenizer = AutoTokenizer.from_pretrained(model)
         loaded = AutoModelForSeq2SeqLM.from_pretrained(model).eval()
@@ -75,7 +75,7 @@ def run_system(system: str, model: str, source: Path, output: Path) -> dict:
         seconds = _elapsed(start)
         output.write_text("".join(text.replace("\n", " ") + "\n" for text in texts), encoding="utf-8")
         return seconds
-    from hf_vanilla_transformer.translate import load_translator, translate_file, translate_lines
+    from hf_vanilla_transformer.translate.translator import load_translator, translate_file, translate_lines
 
     backend = "ctranslate2" if "ct2" in system else "torch"
     translator = load_translator(
@@ -118,7 +118,7 @@ def measure(system: str, model: str, source: Path, output: Path, threads: int | 
 
 
 def bleu(hypotheses: list[str], references: list[str]) -> float:
-    from hf_vanilla_transformer.training import corpus_scores
+    from hf_vanilla_transformer.training.metrics import corpus_scores
 
     return corpus_scores(hypotheses, references)["bleu"]
 

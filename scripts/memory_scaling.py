@@ -1,6 +1,6 @@
 """How peak memory grows with batch size and sequence length (the demo-sized model, CPU or CUDA).
 
-    python scripts/memory_scaling.py [--modes ...] [--batch_sizes 1 16 64 256] [--lengths 16 64 256] [--json FILE]
+    python -m scripts.memory_scaling [--modes ...] [--batch_sizes 1 16 64 256] [--lengths 16 64 256] [--json FILE]
 
 Each cell runs in a fresh process and reports the peak memory above what the loaded model already holds: an inference
 forward pass (no gradients, full logits), a training step (forward + backward with labels, SDPA and eager attention)
@@ -13,10 +13,11 @@ import argparse
 import json
 
 import torch
-from benchmark import in_fresh_process, peak_memory_mb, quiet  # scripts/benchmark.py, beside this file
 
 from hf_vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
-from hf_vanilla_transformer.sizes import DEMO_SIZES, expand_sizes
+from hf_vanilla_transformer.recipes.common import DEMO_SIZES, expand_sizes
+
+from .benchmark import in_fresh_process, peak_memory_mb, quiet
 
 
 DEMO = dict(**expand_sizes(**DEMO_SIZES), vocab_size=8000, max_position_embeddings=256)

@@ -1,8 +1,8 @@
 #!/usr/bin/env python
 """Where a decoding step spends its time: our model and MarianMTModel on the benchmark's generation workload.
 
-    python scripts/profile_decoding.py                       # small and base, greedy and beam 4, batch 1 and 16
-    python scripts/profile_decoding.py --sizes small --batch_sizes 16 --beams 1
+    python -m scripts.profile_decoding                       # small and base, greedy and beam 4, batch 1 and 16
+    python -m scripts.profile_decoding --sizes small --batch_sizes 16 --beams 1
 
 For each configuration and system: milliseconds per decoding step (wall clock, median of `--repeats` generations of
 30 tokens after a warm-up), split with torch.profiler into matrix products, the attention kernel and the other tensor
@@ -16,16 +16,12 @@ import cProfile
 import os
 import pstats
 import statistics
-import sys
 import time
-from pathlib import Path
 
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-
-sys.path.insert(0, str(Path(__file__).parent))
-import benchmark  # noqa: E402
+from . import benchmark
 
 
 SYSTEMS = {"ours-sdpa": "ours", "marian-sdpa": "MarianMTModel"}

@@ -3,15 +3,21 @@
 #   - a torch that already imports (for example your CUDA build) is kept;
 #   - with an NVIDIA GPU visible, the default (CUDA) wheel from PyPI;
 #   - otherwise the CPU wheel from download.pytorch.org, falling back to the default index if that is unreachable.
-# Usage: bash scripts/setup.sh [--dev] [--export]   (--benchmark is an alias of --export: the engines it times)
+# Usage: bash scripts/setup.sh [--dev] [--export]
+#   --dev     the test tools, every optional engine, and what the browser and transformers.js tests run:
+#             Debian's chromium and chromium-driver (with apt-get, as root or with passwordless sudo) and the pinned
+#             transformers.js (with npm, into ~/.cache/hf_vanilla_transformer). Where one cannot be installed, the
+#             tests that need it skip and name this command.
+#   --export  the inference engines the model exports to (CTranslate2, ONNX Runtime).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 extras=()
+dev=0
 for arg in "$@"; do
   case "$arg" in
-    --dev) extras+=(dev) ;;
-    --export | --benchmark) extras+=(export) ;;
+    --dev) extras+=(dev); dev=1 ;;
+    --export) extras+=(export) ;;
     *) echo "setup.sh: unknown option $arg (expected --dev and/or --export)" >&2; exit 2 ;;
   esac
 done
@@ -35,4 +41,23 @@ fi
 spec="."
 if [ ${#extras[@]} -gt 0 ]; then spec=".[$(IFS=,; echo "${extras[*]}")]"; fi
 "${pip[@]}" install -e "$spec"
+
+if [ "$dev" = 1 ]; then
+  # The browser tests drive Debian's Chromium; never fatal: those tests skip, naming this command.
+  if ! command -v chromedriver >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then
+    sudo=()
+    [ "$(id -u)" = 0 ] || sudo=(sudo -n)
+    if [ ${#sudo[@]} = 0 ] || sudo -n true 2>/dev/null; then
+      export DEBIAN_FRONTEND=noninteractive
+      "${sudo[@]}" apt-get install -y -q chromium chromium-driver >/dev/null 2>&1 \
+        || { "${sudo[@]}" apt-get update -q >/dev/null 2>&1 \
+             && "${sudo[@]}" apt-get install -y -q chromium chromium-driver >/dev/null 2>&1; } \
+        || echo "setup.sh: could not install chromium and chromium-driver: the browser tests will skip." >&2
+    fi
+  fi
+  if command -v npm >/dev/null 2>&1; then
+    "$python" -c "from hf_vanilla_transformer.interop.onnx_runtime import install_transformers_js as i; i()" \
+      || echo "setup.sh: could not install transformers.js with npm: its tests will skip." >&2
+  fi
+fi
 echo "Installed into $("$python" -c 'import sys; print(sys.prefix)') (torch $("$python" -c 'import torch; print(torch.__version__)'))"

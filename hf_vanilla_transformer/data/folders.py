@@ -1,0 +1,105 @@
+"""Model folders and outputs on disk, handled the same way by every command: which files make a model folder, which
+folder `--model` names, and writing a new folder or file (never over existing files unless asked, with the file modes
+the process umask gives)."""
+
+import os
+import shutil
+from pathlib import Path
+
+from huggingface_hub.errors import HFValidationError
+from huggingface_hub.utils import validate_repo_id
+
+from ..errors import InputError
+
+
+# What a saved model folder holds (weights, configs, code, tokenizer, card, run report); a checkpoint also holds the
+# trainer's state, which is not part of the model.
+MODEL_FILE_PATTERNS = ("*.json", "*.safetensors", "*.py", "*.txt", "*.model", "*.md", "*.png")
+TRAINER_STATE_FILES = ("trainer_state.json",)
+
+
+def model_files(folder: str | Path) -> list[Path]:
+    """The files of the model saved in `folder` (a model folder or a Trainer checkpoint), sorted by name."""
+    found = {path for pattern in MODEL_FILE_PATTERNS for path in Path(folder).glob(pattern) if path.is_file()}
+    return sorted((path for path in found if path.name not in TRAINER_STATE_FILES), key=lambda path: path.name)
+
+
+def resolve_model(name: str | Path, option: str = "--model") -> str:
+    """`name` as a local model folder, or as a Hub model id when it can only be one.
+
+    huggingface_hub takes any string of the form "name" or "namespace/name" for a Hub id once no local folder has that
+    name, and retries the network before failing, so a mistyped local path would fail only after that. Here a path
+    that cannot be a Hub id, or whose first component exists on disk, is local: missing, it is named at once. A
+    local folder must hold a model (`config.json`).
+    """
+    name = str(name)
+    path = Path(name).expanduser()
+    if path.is_dir():
+        if not (path / "config.json").is_file():
+            held = sorted(child.name for child in path.iterdir())[:8]
+            raise InputError(
+                f"{option} {name}: the folder holds no model (no config.json; it has "
+                f"{', '.join(held) if held else 'nothing'}): give a folder saved by save_pretrained or by training."
+            )
+        return str(path)
+    if path.exists():
+        raise InputError(f"{option} {name} is a file: expected a model folder or a Hub model id.")
+    try:
+        validate_repo_id(name)
+    except HFValidationError:
+        raise InputError(f"{option} {name}: no such model folder.") from None
+    if "/" in name and Path(name.split("/")[0]).expanduser().exists():
+        raise InputError(f"{option} {name}: no such model folder.")
+    return name
+
+
+def check_output_dir(path: str | Path, overwrite: bool = False, option: str = "--output_dir") -> Path:
+    """`path` as a folder to write: one that exists and is not empty is refused unless `overwrite`."""
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise InputError(f"{option} {path} is a file: expected a folder to write into.")
+    if path.is_dir() and any(path.iterdir()) and not overwrite:
+        raise InputError(
+            f"{option} {path} is not empty: choose a new folder, or pass --overwrite to replace what it holds."
+        )
+    return path
+
+
+def new_output_dir(path: str | Path, overwrite: bool = False, option: str = "--output_dir") -> Path:
+    """The folder `path`, created and empty (see [`check_output_dir`]; `overwrite` empties it)."""
+    path = check_output_dir(path, overwrite, option)
+    if path.is_dir() and any(path.iterdir()):
+        shutil.rmtree(path)
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def check_output_file(path: str | Path, overwrite: bool = False, option: str = "--output") -> Path:
+    """`path`, refused if it exists and is not empty unless `overwrite`."""
+    path = Path(path)
+    if path.is_dir():
+        raise InputError(f"{option} {path} is a folder: expected a file name.")
+    if path.is_file() and path.stat().st_size and not overwrite:
+        raise InputError(f"{option} {path} already exists: choose another file, or pass --overwrite to replace it.")
+    return path
+
+
+def apply_umask(folder: str | Path) -> None:
+    """Give every file under `folder` the mode the process umask gives new files. safetensors writes its files through
+    a temporary file of mode 0600, readable by its owner only."""
+    umask = os.umask(0o077)  # reading the umask means setting it
+    os.umask(umask)
+    for root, _, names in os.walk(folder):
+        for name in names:
+            os.chmod(os.path.join(root, name), 0o666 & ~umask)
+
+
+__all__ = [
+    "MODEL_FILE_PATTERNS",
+    "apply_umask",
+    "check_output_dir",
+    "check_output_file",
+    "model_files",
+    "new_output_dir",
+    "resolve_model",
+]

@@ -1,0 +1,229 @@
+"""A Gradio page for a trained translator: text in, translation out, the n-best list and the attention heatmap.
+
+    demo = build_demo("outputs/demo-de-en"); demo.launch()     # or: hf-vanilla-transformer demo --model ...
+    write_space("outputs/demo-de-en", "space/")                 # a folder ready to upload as a Hugging Face Space
+
+The source box, the button and the translation have the element ids `source`, `translate` and `target`, like the
+no-server page, so that browser tests drive both the same way. Requests are queued and run one at a time: the model is
+shared, and `attention_maps` switches its attention implementation while it runs.
+"""
+
+import io
+import shutil
+import unicodedata
+from importlib import metadata
+from pathlib import Path
+
+from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+
+from ..data.folders import apply_umask, model_files, new_output_dir, resolve_model
+from ..errors import InputError
+from ..model.pipeline_translation import max_source_length
+from .attention import AttentionMaps, attention_maps, plot_attention, save_figure
+
+
+EXAMPLES = [
+    "Wo ist der Bahnhof?",
+    "Ich habe heute keine Zeit.",
+    "Tom hat gestern ein neues Fahrrad gekauft.",
+    "Kannst du mir bitte helfen?",
+    "Das Wetter ist heute sehr schön.",
+]
+MAX_CHARACTERS = 2000  # refused before tokenizing; the token limit decides below that
+MAX_BEAMS = 8
+AVERAGE = "average"
+KIND_LABELS = {"cross-attention": "cross", "encoder self-attention": "encoder", "decoder self-attention": "decoder"}
+
+
+def check_text(text, tokenizer, max_tokens: int) -> str | None:
+    """Why `text` cannot be translated, as a message for the page, or None when it can."""
+    if not isinstance(text, str):
+        return f"Please send text: got {type(text).__name__}."
+    if not text.strip():
+        return "Please type a German sentence to translate."
+    if any(unicodedata.category(c) in ("Cc", "Cs") and not c.isspace() for c in text):
+        return "The text contains control characters (binary data?): please send plain text."
+    if not any(c.isalnum() for c in text):
+        return "The text has no letters or digits: please type a German sentence."
+    if len(text) > MAX_CHARACTERS:
+        return f"The text is too long ({len(text)} characters; at most {MAX_CHARACTERS}): please shorten it."
+    length = len(tokenizer(text)["input_ids"])
+    if length > max_tokens:
+        return (
+            f"The text is too long ({length} tokens; this model translates at most {max_tokens}): please shorten it."
+        )
+    return None
+
+
+def heatmap_image(maps: AttentionMaps | None, kind_label: str, layer: str, head: str):
+    """The selected map as a PIL image (None without a translation); `layer`/`head` are "average" or 1-based."""
+    if maps is None:
+        return None
+    from PIL import Image
+
+    def index(choice):
+        return None if choice in (None, AVERAGE) else int(choice) - 1
+
+    buffer = io.BytesIO()
+    save_figure(plot_attention(maps, KIND_LABELS[kind_label], index(layer), index(head)), buffer)
+    buffer.seek(0)
+    return Image.open(buffer)
+
+
+def build_demo(model_dir: str, examples: list[str] | None = None, title: str | None = None):
+    """The page (a `gr.Blocks`, queued) for the model and tokenizer in `model_dir` (a folder or a Hub id)."""
+    import gradio as gr
+
+    model_dir = resolve_model(model_dir)
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    model = AutoModelForSeq2SeqLM.from_pretrained(model_dir).eval()
+    max_tokens = max_source_length(tokenizer, model.config)
+    default_beams = min(model.generation_config.num_beams or 1, MAX_BEAMS)
+    config = model.config
+    sizes = {
+        "encoder": (config.encoder_layers, config.encoder_attention_heads),
+        "decoder": (config.decoder_layers, config.decoder_attention_heads),
+        "cross": (config.decoder_layers, config.decoder_attention_heads),
+    }
+
+    def choices(kind: str) -> tuple[list[str], list[str]]:
+        return tuple([AVERAGE] + [str(i + 1) for i in range(size)] for size in sizes[kind])
+
+    def select_kind(kind_label):
+        layers, heads = choices(KIND_LABELS[kind_label])
+        return gr.Dropdown(choices=layers, value=AVERAGE), gr.Dropdown(choices=heads, value=AVERAGE)
+
+    title = title or f"Translate with {Path(str(model_dir)).name}"
+
+    def translate(text, num_beams, n_best, kind_label, layer, head):
+        problem = check_text(text, tokenizer, max_tokens)
+        if problem is not None:
+            return "", "", None, None, problem
+        num_beams = int(num_beams)
+        n_best = int(n_best)
+        note = ""
+        if n_best > num_beams:
+            note = f"Showing {num_beams} alternatives: the n-best list cannot be longer than the beam."
+            n_best = num_beams
+        maps = attention_maps(
+            model, tokenizer, text, num_beams=num_beams, num_return_sequences=n_best, do_sample=False
+        )
+        alternatives = "\n".join(f"{rank}. {candidate}" for rank, candidate in enumerate(maps.n_best, 1))
+        return maps.translation, alternatives, heatmap_image(maps, kind_label, layer, head), maps, note
+
+    with gr.Blocks(title=title) as demo:
+        gr.Markdown(f"# {title}\nGerman in, English out, with the attention behind each translation.")
+        maps_state = gr.State(None)
+        with gr.Row():
+            with gr.Column():
+                source = gr.Textbox(label="German", lines=3, elem_id="source", placeholder=EXAMPLES[0])
+                with gr.Row():
+                    num_beams = gr.Slider(
+                        1, MAX_BEAMS, value=default_beams, step=1, label="beam size", elem_id="num_beams"
+                    )
+                    n_best = gr.Slider(1, MAX_BEAMS, value=1, step=1, label="n-best", elem_id="num_return_sequences")
+                button = gr.Button("Translate", variant="primary", elem_id="translate")
+                message = gr.Markdown(elem_id="message")
+                target = gr.Textbox(label="English", lines=2, elem_id="target", interactive=False)
+                alternatives = gr.Textbox(label="n-best", lines=2, elem_id="n_best", interactive=False)
+                gr.Examples(examples=[[e] for e in examples or EXAMPLES], inputs=[source], label="Examples")
+            with gr.Column():
+                kind = gr.Radio(list(KIND_LABELS), value="cross-attention", label="attention")
+                with gr.Row():
+                    layer = gr.Dropdown(choices("cross")[0], value=AVERAGE, label="layer")
+                    head = gr.Dropdown(choices("cross")[1], value=AVERAGE, label="head")
+                heatmap = gr.Image(label="attention", type="pil", elem_id="heatmap", interactive=False, format="png")
+
+        inputs = [source, num_beams, n_best, kind, layer, head]
+        outputs = [target, alternatives, heatmap, maps_state, message]
+        gr.on([button.click, source.submit], translate, inputs, outputs, api_name="translate", concurrency_id="model")
+        # Switching what to show redraws the stored maps; the model does not run again.
+        redraw = dict(
+            fn=heatmap_image, inputs=[maps_state, kind, layer, head], outputs=heatmap, api_visibility="private"
+        )
+        kind.change(select_kind, kind, [layer, head], api_visibility="private").then(**redraw)
+        layer.change(**redraw)
+        head.change(**redraw)
+    demo.queue(default_concurrency_limit=1)
+    return demo
+
+
+def launch(model_dir: str, host: str = "127.0.0.1", port: int | None = None, **launch_kwargs):
+    """Serve the page on http://host:port (Gradio picks a free port from 7860 when `port` is None) and return the
+    `gr.Blocks`; this blocks until the server stops unless `prevent_thread_lock=True` is passed."""
+    demo = build_demo(model_dir)
+    demo.launch(server_name=host, server_port=port, **launch_kwargs)
+    return demo
+
+
+SPACE_APP = """\
+# A Hugging Face Space serving {model} with the hf_vanilla_transformer Gradio demo (generated by write_space).
+from hf_vanilla_transformer.demo.gradio_app import build_demo
+
+
+demo = build_demo({model!r})
+
+if __name__ == "__main__":
+    demo.launch()
+"""
+
+SPACE_README = """\
+---
+title: {title}
+emoji: 🌐
+colorFrom: blue
+colorTo: indigo
+sdk: gradio
+sdk_version: {gradio_version}
+app_file: app.py
+pinned: false
+license: apache-2.0
+---
+
+# {title}
+
+German to English translation with the encoder-decoder Transformer of *Attention Is All You Need*
+(hf_vanilla_transformer), with the beam's n-best list and the attention heatmaps of each translation.
+The model is {where}.
+"""
+
+
+def write_space(
+    model_dir: str, output_dir: str, hub_id: str | None = None, title: str | None = None, overwrite: bool = False
+) -> Path:
+    """Write a folder that runs as a Gradio Space: `app.py`, `requirements.txt`, `README.md` (Space metadata), the
+    `hf_vanilla_transformer` package, and the model files in `model/` (or, with `hub_id`, the model's Hub id)."""
+    from ..data.corpus import BUNDLED_CORPUS
+
+    if hub_id is None:
+        source = Path(resolve_model(model_dir))
+        if not source.is_dir():
+            raise InputError(f"--model {model_dir} is a Hub id: pass it as --hub_id, or give a local folder.")
+        output = new_output_dir(output_dir, overwrite)
+        (output / "model").mkdir()
+        for path in model_files(source):  # the model, tokenizer and card, not the trainer's state
+            shutil.copy2(path, output / "model" / path.name)
+        model, where = "model", "in the `model/` folder of this Space"
+    else:
+        output = new_output_dir(output_dir, overwrite)
+        model, where = hub_id, f"[{hub_id}](https://huggingface.co/{hub_id}), downloaded when the Space starts"
+    package = Path(__file__).parents[1]  # the Space runs this package's app: all of it but the bundled corpus
+    ignored = shutil.ignore_patterns("__pycache__", "*.pyc", BUNDLED_CORPUS.name)
+    shutil.copytree(package, output / package.name, ignore=ignored)
+    (output / "app.py").write_text(SPACE_APP.format(model=model), encoding="utf-8")
+
+    # Gradio itself comes from the README's sdk_version; these are what the package needs to run the model.
+    def version(name):  # without a local label such as "+cpu", which PyPI does not serve
+        return metadata.version(name).split("+")[0]
+
+    requirements = [f"{name}=={version(name)}" for name in ("torch", "transformers", "tokenizers")]
+    requirements += [f"{name}>={version(name)}" for name in ("safetensors", "matplotlib")]
+    (output / "requirements.txt").write_text("\n".join(requirements) + "\n", encoding="utf-8")
+    title = title or "Vanilla Transformer translator"
+    readme = SPACE_README.format(title=title, gradio_version=metadata.version("gradio"), where=where)
+    (output / "README.md").write_text(readme, encoding="utf-8")
+    apply_umask(output)
+    return output
+
+
+__all__ = ["EXAMPLES", "build_demo", "check_text", "heatmap_image", "launch", "write_space"]

@@ -1,0 +1,85 @@
+"""A page that translates in the browser, with no server behind it: the ONNX export run by transformers.js.
+
+    build_web_page("outputs/demo-de-en", "site/")     # or: hf-vanilla-transformer web-page --model ... --output_dir site/
+    python -m http.server -d site/ 8000              # any static file server; then open http://127.0.0.1:8000
+
+The folder holds everything the page loads, nothing comes from a CDN or the Hub:
+
+    index.html, app.mjs      the page (plain HTML and an ES module: no build step)
+    translate.mjs            the greedy translation with transformers.js, the file the ONNX tests run under Node
+    demo.json                title, examples and generation length
+    runtime/                 transformers.js (`transformers.min.js`) and ONNX Runtime's WebAssembly files, copied from
+                             an npm install of the pinned `@huggingface/transformers` (`onnx_runtime.install_transformers_js`)
+    model/                   the ONNX export (`export_onnx`, Marian form): config, tokenizer, onnx/*.onnx
+
+The page has the element ids of the Gradio demo: `source`, `translate`, `target`.
+"""
+
+import json
+import shutil
+import tempfile
+from pathlib import Path
+
+from ..data.folders import apply_umask, check_output_dir, new_output_dir, resolve_model
+from ..interop.onnx import export_onnx
+from ..interop.onnx_runtime import TRANSFORMERS_JS_VERSION, TRANSLATE_SCRIPT, install_transformers_js
+from .gradio_app import EXAMPLES
+
+
+PAGE_FILES = [Path(__file__).with_name("web") / name for name in ("index.html", "app.mjs")]
+# What transformers.js reads from a model folder; the PyTorch weights beside the graphs stay out of the page.
+MODEL_FILES = ["config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json"]
+# transformers.min.js bundles ONNX Runtime's JavaScript; app.mjs points it at the plain WebAssembly build (CPU, 14 MB)
+# instead of the WebGPU-capable one (27 MB) that it would fetch from a CDN.
+RUNTIME_FILES = {
+    "@huggingface/transformers/dist": ["transformers.min.js"],
+    "onnxruntime-web/dist": ["ort-wasm-simd-threaded.mjs", "ort-wasm-simd-threaded.wasm"],
+}
+
+
+def build_web_page(
+    model_dir: str | Path,
+    output_dir: str | Path,
+    examples: list[str] | None = None,
+    title: str = "German to English, in your browser",
+    max_new_tokens: int | None = None,
+    overwrite: bool = False,
+) -> Path:
+    """Write the no-server page for the trained model in `model_dir` into `output_dir` (created; must be empty).
+
+    `max_new_tokens` defaults to the model's generation config (`max_new_tokens`, or `max_length` - 1), else 128.
+    """
+    model_dir = resolve_model(model_dir)
+    check_output_dir(output_dir, overwrite)
+    modules = install_transformers_js() / "node_modules"  # first, as it is the step that can fail on a network
+    output = new_output_dir(output_dir, overwrite)
+
+    with tempfile.TemporaryDirectory() as export_dir:
+        export = export_onnx(model_dir, export_dir)
+        shutil.copytree(export / "onnx", output / "model" / "onnx")
+        for name in MODEL_FILES:
+            if (export / name).is_file():
+                shutil.copy2(export / name, output / "model" / name)
+    (output / "runtime").mkdir()
+    for folder, names in RUNTIME_FILES.items():
+        for name in names:
+            shutil.copy2(modules / folder / name, output / "runtime" / name)
+    for page_file in [*PAGE_FILES, TRANSLATE_SCRIPT]:
+        shutil.copy2(page_file, output / page_file.name)
+
+    if max_new_tokens is None:
+        generation = json.loads((output / "model" / "generation_config.json").read_text(encoding="utf-8"))
+        # max_length counts the decoder start token.
+        max_new_tokens = generation.get("max_new_tokens") or (generation.get("max_length") or 129) - 1
+    settings = {
+        "title": title,
+        "examples": examples or EXAMPLES,
+        "max_new_tokens": max_new_tokens,
+        "transformers_js": TRANSFORMERS_JS_VERSION,
+    }
+    (output / "demo.json").write_text(json.dumps(settings, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    apply_umask(output)
+    return output
+
+
+__all__ = ["build_web_page"]

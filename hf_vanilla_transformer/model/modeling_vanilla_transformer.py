@@ -1,0 +1,930 @@
+# Copyright 2026 The hf_vanilla_transformer authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""The encoder-decoder Transformer of "Attention Is All You Need" (Vaswani et al., 2017) as a transformers model.
+
+Shapes: b batch, s source length, t target length (new tokens), k key length (cache + new), n real (non-padding)
+tokens, h heads, d d_model, dh head dim, v vocabulary. Masks follow transformers: 2D `attention_mask` with 1 = real
+token, 0 = padding.
+"""
+
+import os
+from collections.abc import Callable
+
+import torch
+from safetensors import SafetensorError
+from torch import nn
+from transformers import initialization as init
+from transformers.activations import ACT2FN
+from transformers.cache_utils import Cache, DynamicCache, EncoderDecoderCache
+from transformers.generation import GenerationMixin
+from transformers.masking_utils import create_bidirectional_mask, create_causal_mask
+from transformers.modeling_layers import GradientCheckpointingLayer
+from transformers.modeling_outputs import (
+    BaseModelOutput,
+    BaseModelOutputWithPastAndCrossAttentions,
+    CausalLMOutputWithPast,
+    Seq2SeqLMOutput,
+    Seq2SeqModelOutput,
+    SequenceClassifierOutput,
+)
+from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS, PreTrainedModel
+from transformers.processing_utils import Unpack
+from transformers.utils import TransformersKwargs, can_return_tuple, is_torchdynamo_compiling, logging
+from transformers.utils.generic import merge_with_config_defaults
+from transformers.utils.output_capturing import OutputRecorder, capture_outputs
+
+from .configuration_vanilla_transformer import VanillaTransformerConfig, max_new_tokens_for
+from .pipeline_translation import CUSTOM_PIPELINES  # imported, so that remote code ships the pipeline file too
+
+
+logger = logging.get_logger(__name__)
+
+
+def shift_tokens_right(input_ids: torch.Tensor, pad_token_id: int, decoder_start_token_id: int) -> torch.Tensor:
+    """Decoder inputs from labels: prepend `decoder_start_token_id`, drop the last token, replace -100 by padding."""
+    if pad_token_id is None or decoder_start_token_id is None:
+        raise ValueError(
+            "`config.pad_token_id` and `config.decoder_start_token_id` must be set to build decoder inputs."
+        )
+    shifted = input_ids.new_empty(input_ids.shape)
+    shifted[:, 1:] = input_ids[:, :-1]
+    shifted[:, 0] = decoder_start_token_id
+    return shifted.masked_fill_(shifted == -100, pad_token_id)
+
+
+class VanillaTransformerSinusoidalPositionalEncoding(nn.Module):
+    """PE(pos, 2i) = sin(pos / 10000^(2i/d)), PE(pos, 2i+1) = cos(pos / 10000^(2i/d)) (section 3.5).
+
+    Computed from the positions on every call: there is no table to save, to rebuild after meta-device loading, or to
+    index out of range.
+    """
+
+    def __init__(self, embedding_dim: int):
+        super().__init__()
+        self.embedding_dim = embedding_dim
+
+    def forward(self, position_ids: torch.Tensor) -> torch.Tensor:
+        two_i = torch.arange(0, self.embedding_dim, 2, device=position_ids.device, dtype=torch.float32)
+        angles = position_ids.unsqueeze(-1).float() / torch.pow(10000.0, two_i / self.embedding_dim)  # (b, t, d/2)
+        return torch.stack((angles.sin(), angles.cos()), dim=-1).flatten(-2)  # interleaved (b, t, d)
+
+
+class Padding:
+    """Which tokens of a batch are real, and their states packed into rows.
+
+    The one speed optimization of this file: linear layers, layer norms, dropout and residual sums cost as much for a
+    padding token as for a real one, so each stack packs its real tokens once, (b, t, d) -> (n, d), and every layer
+    works on the packed rows; only the attention kernel, which needs the (b, t) layout, unpacks them. Padded positions
+    come back as zeros. Without padding (or under `torch.compile`, where `nonzero` has no static size), packing and
+    unpacking do nothing.
+    """
+
+    def __init__(self, attention_mask: torch.Tensor | None, pack: bool = True):
+        self.attention_mask = attention_mask  # the (b, t) mask while some token is padding (or when 4D/compiling)
+        self.index = None  # flat indices of the real tokens, when packing
+        if attention_mask is None or attention_mask.dim() != 2 or is_torchdynamo_compiling():
+            return
+        index = attention_mask.flatten().nonzero().squeeze(-1)  # the only host synchronisation of a stack
+        if index.numel() == attention_mask.numel():
+            self.attention_mask = None
+        elif pack:
+            self.index = index
+
+    def pack(self, states: torch.Tensor) -> torch.Tensor:
+        """(b, t, ...) -> (n, ...)."""
+        return states if self.index is None else states.flatten(0, 1).index_select(0, self.index)
+
+    def unpack(self, states: torch.Tensor) -> torch.Tensor:
+        """(n, ...) -> (b, t, ...), zeros at the padded positions."""
+        if self.index is None:
+            return states
+        unpacked = states.new_zeros(self.attention_mask.numel(), *states.shape[1:]).index_copy_(0, self.index, states)
+        return unpacked.view(*self.attention_mask.shape, *states.shape[1:])
+
+
+NO_PADDING = Padding(None)
+
+
+def eager_attention_forward(
+    module: nn.Module,
+    query: torch.Tensor,  # (b, h, t, dh)
+    key: torch.Tensor,  # (b, h, k, dh)
+    value: torch.Tensor,  # (b, h, k, dh)
+    attention_mask: torch.Tensor | None,  # additive (b, 1, t, k): 0 to keep, finfo(dtype).min to mask
+    scaling: float,
+    dropout: float = 0.0,
+    **kwargs,
+):
+    scores = torch.matmul(query, key.transpose(2, 3)) * scaling  # (b, h, t, k)
+    if attention_mask is not None:
+        # Adding in float32: finfo(fp16).min plus a negative score would overflow to -inf in half precision, and a row of
+        # -inf (an all-padding sequence) softmaxes to NaN.
+        scores = scores.float() + attention_mask
+    weights = nn.functional.softmax(scores, dim=-1, dtype=torch.float32).to(query.dtype)
+    weights = nn.functional.dropout(weights, p=dropout, training=module.training)
+    output = torch.matmul(weights, value).transpose(1, 2).contiguous()  # (b, t, h, dh)
+    return output, weights
+
+
+class VanillaTransformerAttention(nn.Module):
+    """Multi-head attention (section 3.2.2), used for encoder self-, decoder self- and decoder cross-attention."""
+
+    def __init__(
+        self, config: VanillaTransformerConfig, num_heads: int, is_causal: bool, layer_idx: int | None = None
+    ):
+        super().__init__()
+        self.config = config
+        self.head_dim = config.d_model // num_heads
+        self.scaling = self.head_dim**-0.5
+        self.dropout = config.attention_dropout
+        # Read by the SDPA and flash kernels when no mask is materialised: must be False for encoder and cross-attention.
+        self.is_causal = is_causal
+        self.layer_idx = layer_idx
+        self.q_proj = nn.Linear(config.d_model, config.d_model)
+        self.k_proj = nn.Linear(config.d_model, config.d_model)
+        self.v_proj = nn.Linear(config.d_model, config.d_model)
+        self.out_proj = nn.Linear(config.d_model, config.d_model)
+
+    def split_heads(self, states: torch.Tensor, padding: Padding) -> torch.Tensor:
+        """Packed (n, d) or (b, t, d) -> (b, h, t, dh)."""
+        states = padding.unpack(states)
+        return states.view(*states.shape[:2], -1, self.head_dim).transpose(1, 2)
+
+    def forward(
+        self,
+        hidden_states: torch.Tensor,  # (n, d) packed, or (b, t, d)
+        key_value_states: torch.Tensor | None = None,  # the encoder output, for cross-attention
+        attention_mask: torch.Tensor | None = None,
+        past_key_values: EncoderDecoderCache | None = None,
+        padding: Padding = NO_PADDING,
+        key_value_padding: Padding = NO_PADDING,
+        **kwargs,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        is_cross_attention = key_value_states is not None
+        query = self.split_heads(self.q_proj(hidden_states), padding)
+        if is_cross_attention and past_key_values is not None and past_key_values.is_updated.get(self.layer_idx):
+            # The encoder output does not change during generation: its keys and values are projected once.
+            layer = past_key_values.cross_attention_cache.layers[self.layer_idx]
+            key, value = layer.keys, layer.values
+        else:
+            source, source_padding = (
+                (key_value_states, key_value_padding) if is_cross_attention else (hidden_states, padding)
+            )
+            key = self.split_heads(self.k_proj(source), source_padding)  # (b, h, k, dh)
+            value = self.split_heads(self.v_proj(source), source_padding)
+            if past_key_values is not None:
+                cache = past_key_values  # a plain cache in decoder-only models
+                if isinstance(cache, EncoderDecoderCache):
+                    cache = cache.cross_attention_cache if is_cross_attention else cache.self_attention_cache
+                key, value = cache.update(key, value, self.layer_idx)
+                if is_cross_attention:
+                    past_key_values.is_updated[self.layer_idx] = True
+        attention_interface: Callable = ALL_ATTENTION_FUNCTIONS.get_interface(
+            self.config._attn_implementation, eager_attention_forward
+        )
+        output, weights = attention_interface(
+            self,
+            query,
+            key,
+            value,
+            attention_mask,
+            dropout=self.dropout if self.training else 0.0,
+            scaling=self.scaling,
+            **kwargs,
+        )
+        output = padding.pack(output.reshape(*output.shape[:2], -1))  # (b, t, h, dh) -> packed (n, d)
+        return self.out_proj(output), weights
+
+
+class VanillaTransformerLayer(GradientCheckpointingLayer):
+    """What encoder and decoder layers share: the residual connection and the position-wise feed-forward network."""
+
+    def __init__(self, config: VanillaTransformerConfig):
+        super().__init__()
+        self.norm_first = config.norm_first
+        self.dropout = config.dropout
+        self.activation_fn = ACT2FN[config.activation_function]
+        self.activation_dropout = config.activation_dropout
+
+    def add_feed_forward(self, config: VanillaTransformerConfig, ffn_dim: int):
+        """Called by subclasses after their attention sublayers, so that modules are registered in data-flow order."""
+        self.fc1 = nn.Linear(config.d_model, ffn_dim)
+        self.fc2 = nn.Linear(ffn_dim, config.d_model)
+        self.final_layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
+
+    def residual(self, layer_norm: nn.LayerNorm, hidden_states: torch.Tensor, sublayer: Callable, *args, **kwargs):
+        """Post-norm `LayerNorm(x + Dropout(Sublayer(x)))` (section 5.4), or pre-norm `x + Dropout(Sublayer(LayerNorm(x)))`."""
+        output = sublayer(layer_norm(hidden_states) if self.norm_first else hidden_states, *args, **kwargs)
+        if isinstance(output, tuple):  # attention also returns its weights (recorded by `capture_outputs`)
+            output = output[0]
+        hidden_states = hidden_states + nn.functional.dropout(output, p=self.dropout, training=self.training)
+        return hidden_states if self.norm_first else layer_norm(hidden_states)
+
+    def feed_forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        """FFN(x) = max(0, x W1 + b1) W2 + b2 (section 3.3)."""
+        hidden_states = self.activation_fn(self.fc1(hidden_states))
+        hidden_states = nn.functional.dropout(hidden_states, p=self.activation_dropout, training=self.training)
+        return self.fc2(hidden_states)
+
+
+class VanillaTransformerEncoderLayer(VanillaTransformerLayer):
+    def __init__(self, config: VanillaTransformerConfig, layer_idx: int | None = None):
+        super().__init__(config)
+        self.self_attn = VanillaTransformerAttention(config, config.encoder_attention_heads, False, layer_idx)
+        self.self_attn_layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
+        self.add_feed_forward(config, config.encoder_ffn_dim)
+
+    def forward(self, hidden_states, attention_mask=None, padding: Padding = NO_PADDING, **kwargs) -> torch.Tensor:
+        hidden_states = self.residual(
+            self.self_attn_layer_norm,
+            hidden_states,
+            self.self_attn,
+            attention_mask=attention_mask,
+            padding=padding,
+            **kwargs,
+        )
+        return self.residual(self.final_layer_norm, hidden_states, self.feed_forward)
+
+
+class VanillaTransformerDecoderLayer(VanillaTransformerLayer):
+    def __init__(self, config: VanillaTransformerConfig, layer_idx: int | None = None):
+        super().__init__(config)
+        self.self_attn = VanillaTransformerAttention(config, config.decoder_attention_heads, True, layer_idx)
+        self.self_attn_layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
+        if config.is_encoder_decoder:  # decoder-only models have no encoder to attend to
+            self.encoder_attn = VanillaTransformerAttention(config, config.decoder_attention_heads, False, layer_idx)
+            self.encoder_attn_layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
+        self.add_feed_forward(config, config.decoder_ffn_dim)
+
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        attention_mask: torch.Tensor | None,
+        encoder_hidden_states: torch.Tensor | None = None,  # positional, so reentrant gradient checkpointing sees it
+        encoder_attention_mask: torch.Tensor | None = None,
+        past_key_values: EncoderDecoderCache | None = None,
+        padding: Padding = NO_PADDING,
+        encoder_padding: Padding = NO_PADDING,
+        **kwargs,
+    ) -> torch.Tensor:
+        hidden_states = self.residual(
+            self.self_attn_layer_norm,
+            hidden_states,
+            self.self_attn,
+            attention_mask=attention_mask,
+            past_key_values=past_key_values,
+            padding=padding,
+            **kwargs,
+        )
+        if encoder_hidden_states is not None:  # not in decoder-only models
+            hidden_states = self.residual(
+                self.encoder_attn_layer_norm,
+                hidden_states,
+                self.encoder_attn,
+                encoder_hidden_states,
+                attention_mask=encoder_attention_mask,
+                past_key_values=past_key_values,
+                padding=padding,
+                key_value_padding=encoder_padding,
+                **kwargs,
+            )
+        return self.residual(self.final_layer_norm, hidden_states, self.feed_forward)
+
+
+class VanillaTransformerPreTrainedModel(PreTrainedModel):
+    config: VanillaTransformerConfig
+    config_class = VanillaTransformerConfig
+    base_model_prefix = "model"
+    main_input_name = "input_ids"
+    supports_gradient_checkpointing = True
+    _no_split_modules = ["VanillaTransformerEncoderLayer", "VanillaTransformerDecoderLayer"]
+    _supports_sdpa = True
+    _supports_flash_attn = True
+    _supports_flex_attn = True
+    _supports_attention_backend = True
+    _can_compile_fullgraph = True
+
+    def post_init(self):
+        super().post_init()
+        # Tied copies are not saved (only their source). Listed here, `Trainer` re-ties them on resume instead of
+        # warning about missing keys.
+        self._keys_to_ignore_on_save |= set(self.all_tied_weights_keys)
+
+    @torch.no_grad()
+    def _init_weights(self, module: nn.Module):
+        if isinstance(module, nn.Linear):
+            init.normal_(module.weight, mean=0.0, std=self.config.init_std)
+            if module.bias is not None:
+                init.zeros_(module.bias)
+        elif isinstance(module, nn.Embedding):
+            init.normal_(module.weight, mean=0.0, std=self.config.init_std)
+            if module.padding_idx is not None and not getattr(module.weight, "_is_hf_initialized", False):
+                init.zeros_(module.weight[module.padding_idx])
+        elif isinstance(module, nn.LayerNorm):
+            init.ones_(module.weight)
+            init.zeros_(module.bias)
+
+    def _resize_token_embeddings(self, new_num_tokens, pad_to_multiple_of=None, mean_resizing=True):
+        embeddings = super()._resize_token_embeddings(new_num_tokens, pad_to_multiple_of, mean_resizing)
+        model = self.base_model
+        if isinstance(model, VanillaTransformerModel) and model.shared is None:
+            # Untied: transformers resizes the input (source) and output matrices; the target embeddings are a third.
+            model.decoder.embed_tokens = self._get_resized_embeddings(
+                model.decoder.embed_tokens, embeddings.weight.shape[0], mean_resizing=mean_resizing
+            )
+        return embeddings
+
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path, *args, **kwargs):
+        try:
+            return super().from_pretrained(pretrained_model_name_or_path, *args, **kwargs)
+        except SafetensorError as error:  # transformers passes it on without naming the folder
+            raise OSError(
+                f"The safetensors weights of {pretrained_model_name_or_path} cannot be read ({error}): the file is "
+                "corrupt or only partially downloaded (a git-lfs pointer, an interrupted copy). Download it again."
+            ) from error
+
+    def save_pretrained(self, save_directory, *args, **kwargs):
+        if self._auto_class in ("AutoModel", "AutoModelForSeq2SeqLM"):
+            # transformers copies the code files and maps only the saved class. Map both encoder-decoder classes, so
+            # that AutoModel and AutoModelForSeq2SeqLM load the folder as remote code whichever of them saved it, and
+            # name the pipeline, so that pipeline("translation", model=folder, trust_remote_code=True) works without
+            # this package.
+            module = self.__class__.__module__.rsplit(".", 1)[-1]
+            self.config.auto_map = {
+                **(getattr(self.config, "auto_map", None) or {}),
+                "AutoModel": f"{module}.VanillaTransformerModel",
+                "AutoModelForSeq2SeqLM": f"{module}.VanillaTransformerForConditionalGeneration",
+            }
+            self.config.custom_pipelines = CUSTOM_PIPELINES
+        super().save_pretrained(save_directory, *args, **kwargs)
+        if kwargs.get("is_main_process", True):
+            # safetensors (0.8) writes the weights through a temporary file of mode 0600 renamed into place; give them
+            # the mode the process umask gives every other file saved here. Reading the umask means setting it.
+            umask = os.umask(0o077)
+            os.umask(umask)
+            for name in os.listdir(save_directory):
+                if name.endswith(".safetensors"):
+                    os.chmod(os.path.join(save_directory, name), 0o666 & ~umask)
+
+
+def check_inputs(config, name: str, input_ids, inputs_embeds, attention_mask, past_length=0) -> None:
+    """Every check of a stack's inputs, with errors that name the argument (`name`: "input_ids" or
+    "decoder_input_ids") instead of an `IndexError` deep inside. Ids that `generate()` produced (`past_length > 0`)
+    are in range by construction."""
+    if (input_ids is None) == (inputs_embeds is None):
+        raise ValueError(f"Pass exactly one of `{name}` or `{name.replace('input_ids', 'inputs_embeds')}`.")
+    if input_ids is not None:
+        if input_ids.dtype.is_floating_point or input_ids.dtype.is_complex or input_ids.dtype == torch.bool:
+            raise TypeError(f"`{name}` must hold integer token ids (torch.long), got dtype {input_ids.dtype}.")
+        if input_ids.dim() != 2:
+            raise ValueError(f"`{name}` must have shape (batch_size, sequence_length), got {tuple(input_ids.shape)}.")
+        if input_ids.shape[1] == 0:
+            raise ValueError(f"`{name}` is empty (sequence length 0): every sequence needs a token, e.g. EOS.")
+        if isinstance(past_length, int) and past_length == 0:
+            _assert_token_ids(input_ids, name, config.vocab_size)
+    if not isinstance(past_length, int):  # a static cache's length is a tensor: nothing more to check per step
+        return
+    batch_size, length = (input_ids if input_ids is not None else inputs_embeds).shape[:2]
+    expected = (batch_size, past_length + length)
+    if attention_mask is not None and attention_mask.dim() != 4 and tuple(attention_mask.shape) != expected:
+        raise ValueError(
+            f"`{name.replace('input_ids', 'attention_mask')}` must have shape (batch_size, sequence_length) = "
+            f"{expected} with 1 for real tokens and 0 for padding, got {tuple(attention_mask.shape)}."
+        )
+    if past_length + length > config.max_position_embeddings:
+        raise ValueError(
+            f"The {'target' if name.startswith('decoder') else 'source'} sequence has {past_length + length} positions "
+            f"but the model supports at most max_position_embeddings={config.max_position_embeddings}; truncate the "
+            "input (e.g. tokenizer(..., truncation=True)) or generate fewer tokens."
+        )
+
+
+def check_labels(config, labels: torch.Tensor, batch_size: int | None) -> None:
+    if labels.dtype.is_floating_point or labels.dtype == torch.bool:
+        raise TypeError(f"`labels` must hold integer token ids (torch.long), got dtype {labels.dtype}.")
+    if batch_size is not None and labels.shape[0] != batch_size:
+        raise ValueError(f"`labels` has batch size {labels.shape[0]} but the source has batch size {batch_size}.")
+    _assert_token_ids(labels, "labels", config.vocab_size)
+
+
+def _assert_token_ids(ids: torch.Tensor, name: str, vocab_size: int) -> None:
+    if is_torchdynamo_compiling():
+        return
+    valid = ((ids >= 0) & (ids < vocab_size)) | ((ids == -100) if name == "labels" else False)
+    try:
+        torch._assert_async(valid.all())  # raises here on CPU; elsewhere checked on the device, without a stall
+    except RuntimeError:
+        bad = int(ids[~valid][0])
+        if name == "labels":
+            raise ValueError(
+                f"`labels` contains token id {bad}: labels must be in [0, {vocab_size}) or -100."
+            ) from None
+        raise ValueError(f"`{name}` contains token id {bad}, outside the vocabulary [0, {vocab_size}).") from None
+
+
+def _position_ids(attention_mask: torch.Tensor | None, length: int, past_length, device) -> torch.Tensor:
+    """Positions of the last `length` tokens, counting only real tokens so that left and right padding agree."""
+    if attention_mask is not None and attention_mask.dim() == 2:
+        return (attention_mask.long().cumsum(-1) - 1).clamp(min=0)[:, -length:]  # (b, t)
+    return (torch.arange(length, device=device) + past_length).unsqueeze(0)  # (1, t)
+
+
+class VanillaTransformerStack(VanillaTransformerPreTrainedModel):
+    """What the encoder and the decoder share: token embeddings x sqrt(d_model) + sinusoidal positions (sections 3.4,
+    3.5), with dropout on the sum (section 5.4), a stack of layers, and a final LayerNorm (pre-norm stacks)."""
+
+    def __init__(self, config: VanillaTransformerConfig, layers: list[nn.Module]):
+        super().__init__(config)
+        self.embed_scale = config.d_model**0.5 if config.scale_embedding else 1.0
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.d_model, config.pad_token_id)
+        self.embed_positions = VanillaTransformerSinusoidalPositionalEncoding(config.d_model)
+        self.layers = nn.ModuleList(layers)
+        self.layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps) if config.stack_layer_norm else None
+        self.post_init()
+
+    def embed(
+        self, input_ids, inputs_embeds, attention_mask, past_length=0, name="input_ids", position_ids=None
+    ) -> torch.Tensor:
+        """(b, t) ids or (b, t, d) unscaled embeddings -> (b, t, d) input of the first layer."""
+        check_inputs(self.config, name, input_ids, inputs_embeds, attention_mask, past_length)
+        if inputs_embeds is None:
+            inputs_embeds = self.embed_tokens(input_ids)
+        inputs_embeds = inputs_embeds.to(self.embed_tokens.weight.dtype)  # e.g. float32 embeddings into a half model
+        if position_ids is None:
+            position_ids = _position_ids(attention_mask, inputs_embeds.shape[1], past_length, inputs_embeds.device)
+        hidden_states = inputs_embeds * self.embed_scale + self.embed_positions(position_ids).to(inputs_embeds.dtype)
+        return nn.functional.dropout(hidden_states, p=self.config.dropout, training=self.training)
+
+    def padding(self, attention_mask: torch.Tensor | None, padding: Padding | None, kwargs: dict) -> Padding:
+        """The stack's `Padding`, unless recorded per-layer hidden states must keep their (b, t, d) shape."""
+        if kwargs.get("output_hidden_states", self.config.output_hidden_states):
+            return Padding(attention_mask, pack=False)
+        return padding if padding is not None else Padding(attention_mask)
+
+    def padding_mask(self, hidden_states: torch.Tensor, padding: Padding, key_states=None) -> torch.Tensor | None:
+        """The attention mask that hides `padding`'s padded keys (of `key_states`, else of `hidden_states`)."""
+        return create_bidirectional_mask(
+            config=self.config,
+            inputs_embeds=hidden_states,
+            attention_mask=padding.attention_mask,
+            encoder_hidden_states=key_states,
+            allow_is_bidirectional_skip=padding.attention_mask is None,  # known already: no synchronisation
+        )
+
+    def finish(self, hidden_states: torch.Tensor, padding: Padding) -> torch.Tensor:
+        if self.layer_norm is not None:
+            hidden_states = self.layer_norm(hidden_states)
+        return padding.unpack(hidden_states)  # (b, t, d)
+
+
+class VanillaTransformerEncoder(VanillaTransformerStack):
+    """`config.encoder_layers` [`VanillaTransformerEncoderLayer`]s over the embedded source."""
+
+    _can_record_outputs = {
+        "hidden_states": VanillaTransformerEncoderLayer,
+        "attentions": VanillaTransformerAttention,
+    }
+
+    def __init__(self, config: VanillaTransformerConfig):
+        super().__init__(config, [VanillaTransformerEncoderLayer(config, i) for i in range(config.encoder_layers)])
+
+    @merge_with_config_defaults
+    @capture_outputs
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,  # (b, s)
+        attention_mask: torch.Tensor | None = None,  # (b, s)
+        inputs_embeds: torch.Tensor | None = None,  # (b, s, d), unscaled like `embed_tokens(input_ids)`
+        padding: Padding | None = None,  # `Padding(attention_mask)`, when the caller already has it
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> BaseModelOutput:
+        hidden_states = self.embed(input_ids, inputs_embeds, attention_mask)
+        padding = self.padding(attention_mask, padding, kwargs)
+        attention_mask = self.padding_mask(hidden_states, padding)
+        hidden_states = padding.pack(hidden_states)
+        for encoder_layer in self.layers:
+            hidden_states = encoder_layer(hidden_states, attention_mask, padding=padding, **kwargs)
+        return BaseModelOutput(last_hidden_state=self.finish(hidden_states, padding))
+
+
+class VanillaTransformerDecoder(VanillaTransformerStack):
+    """`config.decoder_layers` [`VanillaTransformerDecoderLayer`]s: causal self-attention plus cross-attention."""
+
+    _can_record_outputs = {
+        "hidden_states": VanillaTransformerDecoderLayer,
+        "attentions": OutputRecorder(VanillaTransformerAttention, index=1, layer_name="self_attn"),
+        "cross_attentions": OutputRecorder(VanillaTransformerAttention, index=1, layer_name="encoder_attn"),
+    }
+
+    def __init__(self, config: VanillaTransformerConfig):
+        super().__init__(config, [VanillaTransformerDecoderLayer(config, i) for i in range(config.decoder_layers)])
+
+    @merge_with_config_defaults
+    @capture_outputs
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,  # (b, t)
+        attention_mask: torch.Tensor | None = None,  # (b, k): cached + new target tokens
+        encoder_hidden_states: torch.Tensor | None = None,  # (b, s, d)
+        encoder_attention_mask: torch.Tensor | None = None,  # (b, s)
+        past_key_values: EncoderDecoderCache | None = None,
+        inputs_embeds: torch.Tensor | None = None,  # (b, t, d), unscaled
+        use_cache: bool | None = None,
+        padding: Padding | None = None,  # of the new target tokens, when the caller already has it
+        encoder_padding: Padding | None = None,  # `Padding(encoder_attention_mask)`, when the caller already has it
+        position_ids: torch.LongTensor | None = None,  # (b, t); by default counted over the real tokens
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> BaseModelOutputWithPastAndCrossAttentions:
+        if (encoder_hidden_states is None) == self.config.is_encoder_decoder:
+            raise ValueError(
+                "The decoder needs `encoder_hidden_states`: pass `input_ids` or `encoder_outputs`."
+                if self.config.is_encoder_decoder
+                else "A decoder-only model (`config.is_encoder_decoder=False`) takes no `encoder_hidden_states`."
+            )
+        if use_cache and past_key_values is None:
+            past_key_values = DynamicCache(config=self.config)
+            if self.config.is_encoder_decoder:
+                past_key_values = EncoderDecoderCache(past_key_values, DynamicCache(config=self.config))
+        past_length = past_key_values.get_seq_length() if past_key_values is not None else 0
+        hidden_states = self.embed(
+            input_ids, inputs_embeds, attention_mask, past_length, "decoder_input_ids", position_ids
+        )
+        if attention_mask is not None and attention_mask.dim() == 2:
+            padding = self.padding(attention_mask[:, -hidden_states.shape[1] :], padding, kwargs)  # new tokens
+        else:
+            padding = self.padding(attention_mask, padding, kwargs)
+        causal_mask = self.causal_mask(hidden_states, attention_mask, padding, past_key_values, past_length)
+        encoder_states, cross_attention_mask = None, None
+        if encoder_hidden_states is not None:
+            encoder_states, cross_attention_mask, encoder_padding = self.cross_attention_inputs(
+                hidden_states, encoder_hidden_states, encoder_attention_mask, encoder_padding, past_key_values
+            )
+        hidden_states = padding.pack(hidden_states)
+        for decoder_layer in self.layers:
+            hidden_states = decoder_layer(
+                hidden_states,
+                causal_mask,
+                encoder_states,
+                cross_attention_mask,
+                past_key_values=past_key_values,
+                padding=padding,
+                encoder_padding=encoder_padding,
+                **kwargs,
+            )
+        hidden_states = self.finish(hidden_states, padding)
+        return BaseModelOutputWithPastAndCrossAttentions(
+            last_hidden_state=hidden_states, past_key_values=past_key_values
+        )
+
+    def cross_attention_inputs(
+        self, hidden_states, encoder_hidden_states, encoder_attention_mask, encoder_padding, cache
+    ):
+        """The packed encoder output (for the keys and values, while they are not cached), its mask and `Padding`."""
+        if encoder_hidden_states.shape[0] != hidden_states.shape[0]:
+            raise ValueError(
+                f"The decoder inputs have batch size {hidden_states.shape[0]} but the encoder outputs have batch size "
+                f"{encoder_hidden_states.shape[0]}: source and target batches must match."
+            )
+        check_inputs(self.config, "input_ids", None, encoder_hidden_states, encoder_attention_mask)
+        encoder_padding = encoder_padding if encoder_padding is not None else Padding(encoder_attention_mask)
+        mask = self.padding_mask(hidden_states, encoder_padding, encoder_hidden_states)
+        if cache is not None and cache.is_updated.get(0, False):
+            return encoder_hidden_states, mask, encoder_padding  # keys and values are cached: the states are unused
+        return encoder_padding.pack(encoder_hidden_states), mask, encoder_padding
+
+    def causal_mask(self, hidden_states, attention_mask, padding: Padding, past_key_values, past_length):
+        """The self-attention mask over cached + new tokens, or `None` where the kernel's causal rule is enough."""
+        no_past = isinstance(past_length, int) and past_length == 0  # a static cache's length is a tensor
+        if no_past:
+            attention_mask = padding.attention_mask  # known already: no synchronisation to find out
+        cache = getattr(past_key_values, "self_attention_cache", past_key_values)
+        if attention_mask is None and hidden_states.shape[1] == 1 and not getattr(cache, "is_compileable", False):
+            return None  # one new token may see every cached one (a static cache would also hold empty slots)
+        return create_causal_mask(
+            config=self.config,
+            inputs_embeds=hidden_states,
+            attention_mask=attention_mask,
+            past_key_values=cache,
+            allow_is_causal_skip=attention_mask is None or not no_past,
+        )
+
+
+class VanillaTransformerModel(VanillaTransformerPreTrainedModel):
+    """Encoder and decoder with one shared embedding matrix (section 3.4) when `config.tie_word_embeddings`."""
+
+    _tied_weights_keys = {
+        "encoder.embed_tokens.weight": "shared.weight",
+        "decoder.embed_tokens.weight": "shared.weight",
+    }
+
+    def __init__(self, config: VanillaTransformerConfig):
+        super().__init__(config)
+        # Untied models have no `shared` matrix at all rather than an unused one, which would break DDP.
+        self.shared = (
+            nn.Embedding(config.vocab_size, config.d_model, config.pad_token_id)
+            if config.tie_word_embeddings
+            else None
+        )
+        self.encoder = VanillaTransformerEncoder(config)
+        self.decoder = VanillaTransformerDecoder(config)
+        self.post_init()
+
+    def get_input_embeddings(self) -> nn.Embedding:
+        return self.shared if self.shared is not None else self.encoder.embed_tokens
+
+    def set_input_embeddings(self, value: nn.Embedding):
+        if self.shared is not None:
+            self.shared = value
+            self.decoder.embed_tokens = value
+        self.encoder.embed_tokens = value
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        decoder_input_ids: torch.LongTensor | None = None,
+        decoder_attention_mask: torch.Tensor | None = None,
+        encoder_outputs: tuple[torch.Tensor] | BaseModelOutput | None = None,
+        past_key_values: Cache | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        decoder_inputs_embeds: torch.Tensor | None = None,
+        use_cache: bool | None = None,
+        decoder_padding: Padding | None = None,  # `Padding(decoder_attention_mask)`, when the caller already has it
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> Seq2SeqModelOutput:
+        source_padding = None
+        if encoder_outputs is None:
+            source_padding = Padding(attention_mask)  # shared by the encoder and the decoder's cross-attention
+            encoder_outputs = self.encoder(
+                input_ids=input_ids,
+                attention_mask=attention_mask,
+                inputs_embeds=inputs_embeds,
+                padding=source_padding,
+                **kwargs,
+            )
+        elif not isinstance(encoder_outputs, BaseModelOutput):
+            encoder_outputs = BaseModelOutput(*encoder_outputs)
+        if past_key_values is not None and not isinstance(past_key_values, EncoderDecoderCache):
+            raise TypeError(
+                f"`past_key_values` must be an `EncoderDecoderCache`, got {type(past_key_values).__name__}."
+            )
+
+        decoder_outputs = self.decoder(
+            input_ids=decoder_input_ids,
+            attention_mask=decoder_attention_mask,
+            encoder_hidden_states=encoder_outputs.last_hidden_state,
+            encoder_attention_mask=attention_mask,
+            past_key_values=past_key_values,
+            inputs_embeds=decoder_inputs_embeds,
+            use_cache=use_cache,
+            padding=decoder_padding,
+            encoder_padding=source_padding,
+            **kwargs,
+        )
+        return Seq2SeqModelOutput(
+            last_hidden_state=decoder_outputs.last_hidden_state,
+            past_key_values=decoder_outputs.past_key_values,
+            decoder_hidden_states=decoder_outputs.hidden_states,
+            decoder_attentions=decoder_outputs.attentions,
+            cross_attentions=decoder_outputs.cross_attentions,
+            encoder_last_hidden_state=encoder_outputs.last_hidden_state,
+            encoder_hidden_states=encoder_outputs.hidden_states,
+            encoder_attentions=encoder_outputs.attentions,
+        )
+
+
+class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedModel, GenerationMixin):
+    """[`VanillaTransformerModel`] plus the output projection tied to the shared embeddings, a loss and `generate()`.
+
+    `labels` (b, t) are the target ids, -100 where there is no target; without `decoder_input_ids` the decoder reads
+    them shifted right behind `decoder_start_token_id`. The loss is label smoothed by `config.label_smoothing`. In
+    training mode the decoder skips the positions after each row's last target (unless `decoder_attention_mask` says
+    otherwise) and only real target positions are projected to the vocabulary: the logits of the others are 0.
+    """
+
+    _tied_weights_keys = {"lm_head.weight": "model.shared.weight"}
+
+    def __init__(self, config: VanillaTransformerConfig):
+        super().__init__(config)
+        self.model = VanillaTransformerModel(config)
+        self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
+        self.post_init()
+
+    def get_output_embeddings(self) -> nn.Linear:
+        return self.lm_head
+
+    def set_output_embeddings(self, new_embeddings: nn.Linear):
+        self.lm_head = new_embeddings
+
+    def prepare_decoder_input_ids_from_labels(self, labels: torch.Tensor) -> torch.Tensor:
+        return shift_tokens_right(labels, self.config.pad_token_id, self.config.decoder_start_token_id)
+
+    def _prepare_generated_length(self, generation_config, has_default_max_length, *args, **kwargs):
+        input_ids_length, inputs_tensor = kwargs["input_ids_length"], kwargs["inputs_tensor"]
+        if has_default_max_length and generation_config.max_new_tokens is None and inputs_tensor is not None:
+            # The paper's length limit (section 6.1), source length + 50, rather than transformers' fixed 20 tokens.
+            generation_config.max_new_tokens = max_new_tokens_for(
+                inputs_tensor.shape[1], self.config.max_position_embeddings + 1 - input_ids_length
+            )
+        return super()._prepare_generated_length(generation_config, has_default_max_length, *args, **kwargs)
+
+    def _validate_generated_length(self, generation_config, input_ids_length, has_default_max_length):
+        super()._validate_generated_length(generation_config, input_ids_length, has_default_max_length)
+        # Fail before decoding rather than after generating max_position_embeddings tokens.
+        if generation_config.max_length > self.config.max_position_embeddings:
+            raise ValueError(
+                f"generate() would produce up to {generation_config.max_length} target positions but the model "
+                f"supports at most max_position_embeddings={self.config.max_position_embeddings}: lower "
+                "`max_new_tokens` / `max_length`."
+            )
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        decoder_input_ids: torch.LongTensor | None = None,
+        decoder_attention_mask: torch.Tensor | None = None,
+        encoder_outputs: tuple[torch.Tensor] | BaseModelOutput | None = None,
+        past_key_values: Cache | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        decoder_inputs_embeds: torch.Tensor | None = None,
+        labels: torch.LongTensor | None = None,  # (b, t); -100 marks positions without a target
+        use_cache: bool | None = None,
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> Seq2SeqLMOutput:
+        num_items_in_batch = kwargs.pop("num_items_in_batch", None)
+        target_padding = None
+        if labels is not None:
+            source = input_ids if input_ids is not None else inputs_embeds
+            check_labels(self.config, labels, source.shape[0] if source is not None else None)
+            use_cache = False
+            if decoder_input_ids is None and decoder_inputs_embeds is None:
+                decoder_input_ids = self.prepare_decoder_input_ids_from_labels(labels)
+            if self.training:
+                if decoder_attention_mask is None:  # a causal decoder never needs what follows a row's last target
+                    decoder_attention_mask = (labels != -100).flip(-1).cummax(-1).values.flip(-1).long()
+                target_padding = Padding(decoder_attention_mask)  # shared with the decoder
+
+        outputs: Seq2SeqModelOutput = self.model(
+            input_ids,
+            attention_mask=attention_mask,
+            decoder_input_ids=decoder_input_ids,
+            decoder_attention_mask=decoder_attention_mask,
+            encoder_outputs=encoder_outputs,
+            past_key_values=past_key_values,
+            inputs_embeds=inputs_embeds,
+            decoder_inputs_embeds=decoder_inputs_embeds,
+            use_cache=use_cache,
+            decoder_padding=target_padding,
+            **kwargs,
+        )
+        hidden_states, loss = outputs.last_hidden_state, None
+        if target_padding is not None:  # project and score the real target positions only
+            logits = self.lm_head(target_padding.pack(hidden_states))  # (n, v)
+            loss = token_cross_entropy(logits, target_padding.pack(labels), num_items_in_batch, self.config)
+            logits = target_padding.unpack(logits)
+        else:
+            logits = self.lm_head(hidden_states)  # (b, t, v)
+            if labels is not None:
+                loss = token_cross_entropy(logits, labels, num_items_in_batch, self.config)
+        other_outputs = {name: value for name, value in outputs.items() if name != "last_hidden_state"}
+        return Seq2SeqLMOutput(loss=loss, logits=logits, **other_outputs)
+
+
+class VanillaTransformerForCausalLM(VanillaTransformerPreTrainedModel, GenerationMixin):
+    """The decoder stack alone, GPT-style (`config.is_encoder_decoder=False`): masked self-attention and feed-forward
+    layers, no cross-attention, and the output projection tied to the token embeddings."""
+
+    _tied_weights_keys = {"lm_head.weight": "model.embed_tokens.weight"}
+
+    def __init__(self, config: VanillaTransformerConfig):
+        super().__init__(config)
+        if config.is_encoder_decoder:
+            raise ValueError("VanillaTransformerForCausalLM needs a decoder-only config: `is_encoder_decoder=False`.")
+        self.model = VanillaTransformerDecoder(config)
+        self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
+        self.post_init()
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,  # (b, t)
+        attention_mask: torch.Tensor | None = None,  # (b, k): cached + new tokens
+        past_key_values: Cache | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        labels: torch.LongTensor | None = None,  # (b, t), the inputs themselves: shifted here; -100 is ignored
+        use_cache: bool | None = None,
+        position_ids: torch.LongTensor | None = None,  # (b, t); generate() passes them: a 4D mask hides the padding
+        logits_to_keep: int = 0,  # `generate()` asks for the last position only
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> CausalLMOutputWithPast:
+        num_items_in_batch = kwargs.pop("num_items_in_batch", None)
+        if labels is not None:
+            check_labels(self.config, labels, (input_ids if input_ids is not None else inputs_embeds).shape[0])
+        outputs = self.model(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            past_key_values=past_key_values,
+            inputs_embeds=inputs_embeds,
+            use_cache=use_cache,
+            position_ids=position_ids,
+            **kwargs,
+        )
+        hidden_states = outputs.last_hidden_state
+        logits = self.lm_head(hidden_states[:, -logits_to_keep:] if logits_to_keep else hidden_states)  # (b, t, v)
+        loss = None
+        if labels is not None:  # position i predicts token i + 1
+            loss = token_cross_entropy(logits[:, :-1], labels[:, 1:], num_items_in_batch, self.config)
+        return CausalLMOutputWithPast(
+            loss=loss,
+            logits=logits,
+            past_key_values=outputs.past_key_values,
+            hidden_states=outputs.hidden_states,
+            attentions=outputs.attentions,
+        )
+
+
+class VanillaTransformerForSequenceClassification(VanillaTransformerPreTrainedModel):
+    """The encoder stack with a linear classifier on the pooled final states (`config.classifier_pooling`: the mean of
+    the real tokens, or the first real token). `config.num_labels` and `config.problem_type` as in transformers:
+    regression for one label, single- or multi-label classification otherwise."""
+
+    def __init__(self, config: VanillaTransformerConfig):
+        super().__init__(config)
+        self.model = VanillaTransformerEncoder(config)
+        self.classifier = nn.Linear(config.d_model, config.num_labels)
+        self.post_init()
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,  # (b, s)
+        attention_mask: torch.Tensor | None = None,  # (b, s)
+        inputs_embeds: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,  # (b,) class ids; floats for regression, (b, num_labels) for multi-label
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> SequenceClassifierOutput:
+        num_items_in_batch = kwargs.pop("num_items_in_batch", None)
+        outputs = self.model(input_ids=input_ids, attention_mask=attention_mask, inputs_embeds=inputs_embeds, **kwargs)
+        hidden_states = outputs.last_hidden_state  # (b, s, d)
+        real = torch.ones(hidden_states.shape[:2], device=hidden_states.device)
+        if attention_mask is not None and attention_mask.dim() == 2:
+            real = attention_mask.to(hidden_states.dtype)
+        if self.config.classifier_pooling == "first":
+            first = real.argmax(-1)  # the first real token (argmax returns the first maximum)
+            pooled = hidden_states[torch.arange(hidden_states.shape[0], device=first.device), first]
+        else:
+            pooled = (hidden_states * real.unsqueeze(-1)).sum(1) / real.sum(1, keepdim=True).clamp(min=1)
+        logits = self.classifier(pooled)  # (b, num_labels)
+        loss = None
+        if labels is not None:
+            loss = self.loss_function(labels, logits, self.config, num_items_in_batch=num_items_in_batch)
+        return SequenceClassifierOutput(
+            loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
+        )
+
+
+def token_cross_entropy(
+    logits: torch.Tensor,
+    labels: torch.Tensor,
+    num_items_in_batch: torch.Tensor | int | None,
+    config: VanillaTransformerConfig,
+) -> torch.Tensor:
+    """Token-level cross-entropy, label smoothed by `config.label_smoothing`, over the targets that are not -100.
+
+    It is divided by `num_items_in_batch` (passed by `Trainer`: the target count of the whole accumulated batch, so that
+    gradient accumulation gives the update of one large batch), else by the batch's target count. A batch without any
+    target has loss 0, not NaN.
+    """
+    logits, labels = logits.reshape(-1, logits.shape[-1]), labels.flatten().to(logits.device)
+    loss = nn.functional.cross_entropy(
+        logits.float(), labels, ignore_index=-100, reduction="sum", label_smoothing=config.label_smoothing
+    )
+    if num_items_in_batch is None:
+        num_items_in_batch = (labels != -100).sum().clamp(min=1)
+    elif torch.is_tensor(num_items_in_batch):
+        num_items_in_batch = num_items_in_batch.to(loss.device)
+    return loss / num_items_in_batch
+
+
+__all__ = [
+    "VanillaTransformerPreTrainedModel",
+    "VanillaTransformerModel",
+    "VanillaTransformerForConditionalGeneration",
+    "VanillaTransformerForCausalLM",
+    "VanillaTransformerForSequenceClassification",
+]

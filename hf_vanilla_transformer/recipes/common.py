@@ -1,0 +1,124 @@
+"""What the three heads' recipes share: the paper's optimizer and schedule, the demo model's sizes, sizes and a
+tokenizer -> a configuration, and the argument parsing of `hf-vanilla-transformer train ...`."""
+
+from transformers import HfArgumentParser, MarianConfig, PreTrainedConfig
+
+from ..errors import InputError, OneLineErrors
+from ..model.configuration_vanilla_transformer import VanillaTransformerConfig
+
+
+# Section 5.3: Adam with beta1 = 0.9, beta2 = 0.98 and epsilon = 1e-9; the learning rate rises linearly over the warm-up
+# steps, then decays with the inverse square root of the step (transformers' `inverse_sqrt`).
+PAPER_OPTIMIZER = dict(
+    adam_beta1=0.9, adam_beta2=0.98, adam_epsilon=1e-9, weight_decay=0.0, lr_scheduler_type="inverse_sqrt"
+)
+# Every head's demo: the paper's optimizer on the bundled corpus, a fixed number of steps (the same model on every
+# machine), logged and evaluated as it goes. Each head adds its own learning rate, batch and step count.
+DEMO_TRAINING = dict(
+    **PAPER_OPTIMIZER,
+    warmup_steps=300,
+    per_device_train_batch_size=64,
+    eval_strategy="steps",
+    logging_steps=50,
+    dataloader_num_workers=0,
+    report_to="none",
+    seed=42,
+)
+# The demos' model: 7.6M parameters with the translator's shared vocabulary of 8,000.
+DEMO_SIZES = dict(d_model=256, layers=3, heads=4, ffn_dim=1024)
+ARCHITECTURES = ("vanilla", "marian")
+
+
+def expand_sizes(d_model: int, layers: int | tuple[int, int], heads: int, ffn_dim: int) -> dict:
+    """The configuration fields of a model `d_model` wide with `layers` per stack (or `(encoder, decoder)` layers),
+    `heads` attention heads and feed-forward width `ffn_dim` in every layer. Both stacks get sizes even where a model
+    uses one (a decoder-only or encoder-only head): generic code reads both."""
+    encoder_layers, decoder_layers = layers if isinstance(layers, tuple) else (layers, layers)
+    return dict(
+        d_model=d_model,
+        encoder_layers=encoder_layers,
+        decoder_layers=decoder_layers,
+        encoder_attention_heads=heads,
+        decoder_attention_heads=heads,
+        encoder_ffn_dim=ffn_dim,
+        decoder_ffn_dim=ffn_dim,
+    )
+
+
+def tokenizer_fields(tokenizer) -> dict:
+    """The vocabulary size and special token ids of a configuration that fits `tokenizer`: decoding starts from its
+    `<s>`, as in this package's tokenizers."""
+    return dict(
+        vocab_size=len(tokenizer),
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        decoder_start_token_id=tokenizer.bos_token_id,
+    )
+
+
+def model_config_for(architecture: str = "vanilla", **fields) -> PreTrainedConfig:
+    """A `VanillaTransformerConfig` (`"vanilla"`) or a `MarianConfig` (`"marian"`) with `fields` (sizes from
+    [`expand_sizes`], [`tokenizer_fields`], dropout...); sizes that do not fit together are an [`InputError`].
+
+    MarianMTModel then has this package's architecture: sinusoidal positions, post-norm, ReLU, one embedding matrix
+    scaled by sqrt(d_model) and shared by source, target and output, no dropout on attention or activations, and no
+    forced end-of-sequence token (our models end sentences themselves).
+    """
+    if architecture not in ARCHITECTURES:
+        raise InputError(f"--architecture must be one of {ARCHITECTURES}, got {architecture!r}.")
+    try:
+        if architecture == "vanilla":
+            return VanillaTransformerConfig(**fields)
+        same_architecture = dict(
+            activation_function="relu",
+            scale_embedding=True,
+            share_encoder_decoder_embeddings=True,
+            tie_word_embeddings=True,
+            attention_dropout=0.0,
+            activation_dropout=0.0,
+            forced_eos_token_id=None,
+        )
+        return MarianConfig(**{**same_architecture, **fields})
+    except ValueError as error:  # sizes that do not fit together, named by the configuration
+        raise InputError(str(error)) from None
+
+
+def single_stack_config(
+    tokenizer,
+    d_model: int = 256,
+    layers: int = 4,
+    heads: int = 4,
+    ffn_dim: int = 1024,
+    max_position_embeddings: int = 128,
+    **kwargs,
+) -> VanillaTransformerConfig:
+    """A config that fits `tokenizer` for a model of one stack: pass `is_encoder_decoder=False` for
+    [`VanillaTransformerForCausalLM`]; [`VanillaTransformerForSequenceClassification`] takes either. `kwargs` go to the
+    config."""
+    fields = dict(expand_sizes(d_model, layers, heads, ffn_dim), **tokenizer_fields(tokenizer), **kwargs)
+    return model_config_for("vanilla", max_position_embeddings=max_position_embeddings, **fields)
+
+
+class RecipeArgumentParser(OneLineErrors, HfArgumentParser):
+    """`HfArgumentParser` (the recipe's dataclasses and every `TrainingArguments` option) with one-line errors."""
+
+
+def parse_recipe_arguments(dataclass_types, defaults: dict, argv: list[str] | None, prog: str, description: str):
+    """The recipe's dataclasses parsed from `argv`, with `defaults` in place of the dataclasses' own."""
+    parser = RecipeArgumentParser(dataclass_types, prog=prog, description=description)
+    parser.set_defaults(**defaults)
+    return parser.parse_args_into_dataclasses(args=argv)
+
+
+__all__ = [
+    "ARCHITECTURES",
+    "DEMO_SIZES",
+    "DEMO_TRAINING",
+    "PAPER_OPTIMIZER",
+    "expand_sizes",
+    "model_config_for",
+    "parse_recipe_arguments",
+    "single_stack_config",
+    "tokenizer_fields",
+]

@@ -1,0 +1,345 @@
+"""`hf-vanilla-transformer train translation`: a translator with the paper's recipe on `Seq2SeqTrainer`; with no
+options, the bundled German->English demo.
+
+    hf-vanilla-transformer train translation                  # the demo: 2,300 steps, the same model on every machine
+    hf-vanilla-transformer train translation --paper_preset base --dataset_name wmt14 --dataset_config_name de-en \
+        --max_steps 100000 --bf16 --output_dir runs/wmt14-base     # the paper's base model
+    accelerate launch --config_file hf_vanilla_transformer/recipes/accelerate/ddp.yaml \
+        -m hf_vanilla_transformer train translation ...
+
+Options: the dataclasses below plus every `Seq2SeqTrainingArguments` field (`--help` lists them all). Mistakes in
+them (a missing file, a wrong column, a folder holding another run) end with one line naming the problem.
+"""
+
+import logging
+import shlex
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+import transformers
+from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, Seq2SeqTrainingArguments, set_seed
+
+from ..data.corpus import BUNDLED_ATTRIBUTION, BUNDLED_NAME, load_parallel_corpus, tokenize_corpus
+from ..data.folders import check_output_dir, resolve_model
+from ..data.tokenizer import train_shared_bpe_tokenizer
+from ..errors import InputError
+from ..model.configuration_vanilla_transformer import PAPER_PRESETS, VanillaTransformerConfig, paper_generation_config
+from ..model.pipeline_translation import TranslationPipeline
+from ..training.checkpoints import last_complete_checkpoint, verify_checkpoint
+from ..training.metrics import build_compute_metrics
+from ..training.report import run_report, write_run_report
+from ..training.trainer import TranslationDataCollator, TranslationTrainer, noam_learning_rate
+from .common import (
+    ARCHITECTURES,
+    DEMO_SIZES,
+    DEMO_TRAINING,
+    expand_sizes,
+    model_config_for,
+    parse_recipe_arguments,
+    tokenizer_fields,
+)
+
+
+logger = logging.getLogger("train_translation")
+
+EXAMPLES = [
+    "Ich habe heute keine Zeit.",
+    "Wo ist der Bahnhof?",
+    "Tom hat gestern ein neues Fahrrad gekauft.",
+    "Kannst du mir bitte helfen?",
+    "Das Wetter ist heute sehr schön.",
+]
+
+
+@dataclass
+class ModelArguments:
+    model_name_or_path: str | None = field(
+        default=None, metadata={"help": "Fine-tune this model (and its tokenizer) instead of training from scratch."}
+    )
+    architecture: str = field(
+        default="vanilla",
+        metadata={
+            "help": "vanilla (this package) or marian (transformers' MarianMTModel, same architecture: the reference in benchmarks).",
+            "choices": list(ARCHITECTURES),
+        },
+    )
+    paper_preset: str | None = field(
+        default=None,
+        metadata={
+            "help": "Start from the paper's 'base' or 'big' model instead of the sizes below.",
+            "choices": ["base", "big"],
+        },
+    )
+    d_model: int = field(default=DEMO_SIZES["d_model"], metadata={"help": "Model width."})
+    encoder_layers: int = field(default=DEMO_SIZES["layers"])
+    decoder_layers: int = field(default=DEMO_SIZES["layers"])
+    attention_heads: int = field(default=DEMO_SIZES["heads"])
+    ffn_dim: int = field(default=DEMO_SIZES["ffn_dim"])
+    dropout: float = field(default=0.1)
+    label_smoothing: float = field(
+        default=0.1, metadata={"help": "The loss's label smoothing (the paper's 0.1), kept in the model's config."}
+    )
+    norm_first: bool = field(default=False, metadata={"help": "Pre-norm instead of the paper's post-norm."})
+    vocab_size: int = field(
+        default=8000, metadata={"help": "Size of the shared BPE vocabulary trained on the corpus."}
+    )
+    max_position_embeddings: int = field(default=256)
+
+
+@dataclass
+class DataArguments:
+    source_lang: str = field(default="de")
+    target_lang: str = field(default="en")
+    dataset_name: str | None = field(
+        default=None,
+        metadata={"help": "Hub dataset, e.g. wmt14 (needs network). Default: the bundled Tatoeba corpus."},
+    )
+    dataset_config_name: str | None = field(default=None, metadata={"help": "Hub dataset config, e.g. de-en."})
+    train_file: str | None = field(
+        default=None, metadata={"help": "Local JSON Lines / TSV / CSV corpus (and the two below)."}
+    )
+    validation_file: str | None = field(default=None)
+    test_file: str | None = field(default=None)
+    max_source_length: int = field(
+        default=64, metadata={"help": "Longer sources are truncated (the demo's longest has 41 tokens)."}
+    )
+    max_target_length: int = field(
+        default=64,
+        metadata={
+            "help": "Longer targets are truncated. Generation follows the source instead: at most its length + 50 tokens."
+        },
+    )
+    max_train_samples: int | None = field(default=None)
+    max_eval_samples: int | None = field(
+        default=200, metadata={"help": "Validation pairs scored at each evaluation during training."}
+    )
+    max_test_samples: int | None = field(default=None)
+    preprocessing_num_workers: int | None = field(default=None)
+
+
+@dataclass
+class RecipeArguments:
+    max_train_minutes: float = field(
+        default=0,
+        metadata={
+            "help": "Also stop training after this much wall-clock time (0: no time limit). The result then depends on "
+            "the machine's speed; --max_steps gives the same model anywhere."
+        },
+    )
+    noam_learning_rate: bool = field(
+        default=False,
+        metadata={"help": "Use the paper's lr = d_model^-0.5 * warmup^-0.5 peak (overrides --learning_rate)."},
+    )
+    overwrite: bool = field(
+        default=False,
+        metadata={"help": "Replace what a non-empty --output_dir holds (it must not hold a run to resume)."},
+    )
+    translate: list[str] = field(
+        default_factory=lambda: list(EXAMPLES), metadata={"help": "Sentences to translate at the end."}
+    )
+
+
+# The demo trains a fixed number of steps, so that every machine gets the same model (same seed, data order and
+# recipe): on the bundled corpus this reaches the BLEU the README states.
+DEMO_STEPS = 2300
+DEMO_DEFAULTS = dict(
+    **DEMO_TRAINING,
+    output_dir="outputs/demo-de-en",
+    max_steps=DEMO_STEPS,
+    per_device_eval_batch_size=64,
+    learning_rate=1e-3,
+    train_sampling_strategy="group_by_length",
+    eval_steps=400,
+    save_strategy="steps",
+    save_steps=400,
+    save_total_limit=5,
+    predict_with_generate=True,
+    generation_num_beams=4,
+)
+
+
+def parse_args(argv: list[str] | None = None, prog: str = "hf-vanilla-transformer train translation"):
+    # bf16 autocast by default on GPUs only. On an AVX-512 BF16 CPU it fits 1.2x more demo steps into a time budget
+    # but ends at a lower BLEU than float32 (35.4 vs 36.3); `--bf16 --use_cpu` still turns it on there.
+    gpu_bf16 = torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+    defaults = dict(DEMO_DEFAULTS, bf16=gpu_bf16, dataloader_pin_memory=torch.cuda.is_available())
+    dataclasses = (ModelArguments, DataArguments, RecipeArguments, Seq2SeqTrainingArguments)
+    return parse_recipe_arguments(dataclasses, defaults, argv, prog, __doc__.split("\n\n")[0])
+
+
+def prepare_output_dir(training_args, recipe_args) -> str | None:
+    """Return the checkpoint to resume from, refusing to train over a previous run unless `--overwrite`.
+
+    Nothing is written into the output folder before training has started, so that a run which fails early leaves
+    it as it was and the same command can simply be run again.
+    """
+    output_dir = Path(training_args.output_dir)
+    if training_args.resume_from_checkpoint not in (None, "", "False", "false"):
+        checkpoint = training_args.resume_from_checkpoint
+        if checkpoint in ("True", "true", "last"):
+            return str(last_complete_checkpoint(output_dir))
+        if not Path(checkpoint).is_dir():
+            raise InputError(f"--resume_from_checkpoint {checkpoint}: no such checkpoint folder.")
+        verify_checkpoint(checkpoint)
+        return checkpoint
+    try:
+        check_output_dir(output_dir, recipe_args.overwrite)
+    except InputError as error:
+        raise InputError(f"{error} To continue its training, pass --resume_from_checkpoint last.") from None
+    return None
+
+
+def build_tokenizer(model_args, data_args, corpus, resume_from):
+    if model_args.model_name_or_path:
+        return AutoTokenizer.from_pretrained(model_args.model_name_or_path, trust_remote_code=True)
+    if resume_from:  # the ids of the checkpoint's embeddings belong to the tokenizer saved with it
+        return AutoTokenizer.from_pretrained(resume_from)
+    pairs = corpus["train"]["translation"]
+    texts = (pair[lang] for pair in pairs for lang in (data_args.source_lang, data_args.target_lang))
+    return train_shared_bpe_tokenizer(texts, model_args.vocab_size, model_args.max_position_embeddings)
+
+
+def build_model(model_args, tokenizer):
+    if model_args.model_name_or_path:
+        return AutoModelForSeq2SeqLM.from_pretrained(model_args.model_name_or_path, trust_remote_code=True)
+    if model_args.paper_preset:
+        sizes = PAPER_PRESETS[model_args.paper_preset]
+    else:
+        layers = (model_args.encoder_layers, model_args.decoder_layers)
+        sizes = {
+            **expand_sizes(model_args.d_model, layers, model_args.attention_heads, model_args.ffn_dim),
+            "dropout": model_args.dropout,
+        }
+    fields = dict(tokenizer_fields(tokenizer), max_position_embeddings=model_args.max_position_embeddings)
+    if model_args.architecture == "vanilla":
+        fields["norm_first"] = model_args.norm_first
+    return AutoModelForSeq2SeqLM.from_config(model_config_for(model_args.architecture, **sizes, **fields))
+
+
+def main(argv: list[str] | None = None, prog: str = "hf-vanilla-transformer train translation") -> int:
+    model_args, data_args, recipe_args, training_args = parse_args(argv, prog)
+    logging.basicConfig(
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        level=logging.INFO if training_args.should_log else logging.WARN,
+    )
+    transformers.utils.logging.set_verbosity_warning()
+    set_seed(training_args.seed)
+    if model_args.model_name_or_path:
+        model_args.model_name_or_path = resolve_model(model_args.model_name_or_path, "--model_name_or_path")
+    resume_from = prepare_output_dir(training_args, recipe_args)
+    output_dir = Path(training_args.output_dir)
+    started = time.time()
+    corpus = load_parallel_corpus(
+        data_args.source_lang,
+        data_args.target_lang,
+        data_args.dataset_name,
+        data_args.dataset_config_name,
+        data_args.train_file,
+        data_args.validation_file,
+        data_args.test_file,
+    )
+    if "validation" not in corpus and training_args.eval_strategy != "no":
+        logger.info("No validation split: no evaluation during training.")
+        training_args.eval_strategy = "no"
+    tokenizer = build_tokenizer(model_args, data_args, corpus, resume_from)
+    model = build_model(model_args, tokenizer)
+    if training_args.label_smoothing_factor:
+        raise InputError("Set label smoothing with --label_smoothing (it is stored in the model's config).")
+    if isinstance(model.config, VanillaTransformerConfig):
+        model.config.label_smoothing = model_args.label_smoothing
+    else:  # MarianMT has no such setting: transformers' LabelSmoother applies the same epsilon outside the model
+        training_args.label_smoothing_factor = model_args.label_smoothing
+    model.generation_config = paper_generation_config(model.config)
+    if recipe_args.noam_learning_rate:
+        training_args.learning_rate = noam_learning_rate(model.config.d_model, int(training_args.warmup_steps))
+    n_params = sum(p.numel() for p in model.parameters())
+    logger.info("%s with %.1fM parameters, vocabulary %d", type(model).__name__, n_params / 1e6, len(tokenizer))
+
+    limits = {
+        "train": data_args.max_train_samples,
+        "validation": data_args.max_eval_samples,
+        "test": data_args.max_test_samples,
+    }
+    with training_args.main_process_first(desc="tokenizing"):
+        datasets = tokenize_corpus(
+            corpus,
+            tokenizer,
+            data_args.source_lang,
+            data_args.target_lang,
+            data_args.max_source_length,
+            data_args.max_target_length,
+            limits,
+            data_args.preprocessing_num_workers,
+        )
+    trainer = TranslationTrainer(
+        model=model,
+        args=training_args,
+        train_dataset=datasets["train"],
+        eval_dataset=datasets.get("validation"),
+        processing_class=tokenizer,
+        data_collator=TranslationDataCollator(tokenizer, model=model, label_pad_token_id=-100),
+        compute_metrics=build_compute_metrics(tokenizer),
+        max_train_minutes=recipe_args.max_train_minutes,
+    )
+    trainer.train(resume_from_checkpoint=resume_from)
+    trainer.save_model()  # model, tokenizer, generation config and code files: ready to share
+    trainer.save_state()
+
+    validation = trainer.evaluate() if "validation" in datasets else {}  # also the last point of the BLEU curve
+    test = trainer.predict(datasets["test"], metric_key_prefix="test").metrics if "test" in datasets else {}
+    if trainer.is_world_process_zero():
+        bundled = data_args.dataset_name is None and data_args.train_file is None
+        report = run_report(
+            trainer,
+            task="translation",
+            source_lang=data_args.source_lang,
+            target_lang=data_args.target_lang,
+            dataset={
+                "name": BUNDLED_NAME if bundled else (data_args.dataset_name or data_args.train_file),
+                "id": data_args.dataset_name,
+                "config": data_args.dataset_config_name,
+                "license": "cc-by-2.0-fr" if bundled else None,
+                "attribution": BUNDLED_ATTRIBUTION if bundled else None,
+            },
+            train_samples=len(datasets["train"]),
+            total_seconds=time.time() - started,
+            validation=_scores(validation, "eval"),
+            test={**_scores(test, "test"), "num_beams": model.generation_config.num_beams,
+                  "length_penalty": model.generation_config.length_penalty},
+            command=f"{prog} {shlex.join(argv or [])}".strip(),
+        )  # fmt: skip
+        write_run_report(output_dir, report, trainer.state.log_history)
+        print_summary(report, model, tokenizer, recipe_args.translate, output_dir)
+    return 0
+
+
+def _scores(metrics: dict, prefix: str) -> dict:
+    """BLEU, chrF and the sample count of an evaluation's metrics, without the prefix."""
+    names = ("bleu", "chrf", "num_samples", "gen_len")
+    return {name: metrics[f"{prefix}_{name}"] for name in names if f"{prefix}_{name}" in metrics}
+
+
+def print_summary(report, model, tokenizer, sentences, output_dir):
+    test, training = report["test"], report["training"]
+    if test.get("bleu") is not None:
+        print(
+            f"\nTest set ({test['num_samples']} pairs, beam {test['num_beams']}): BLEU {test['bleu']:.2f}  "
+            f"chrF {test['chrf']:.2f}"
+        )
+    print(
+        f"Trained {training['steps']} steps ({training['epochs']} epochs) in {training['runtime_seconds'] / 60:.1f} "
+        f"min; model saved to {output_dir}\n"
+    )
+    translations = [
+        r["translation_text"] for r in TranslationPipeline(model=model.eval(), tokenizer=tokenizer)(sentences)
+    ]
+    for source, target in zip(sentences, translations):
+        print(f"  {source}\n    -> {target.strip()}")
+    if (test.get("bleu") is not None and test["bleu"] < 5) or not all(t.strip() for t in translations):
+        print(
+            f"\nThese are the scores and translations of an undertrained model: it trained only {training['steps']:,} "
+            f"steps ({training['epochs']} epochs). The demo reaches its BLEU after {DEMO_STEPS:,} steps, its "
+            "default (--max_steps); larger corpora need more."
+        )

@@ -1,0 +1,117 @@
+"""Trainer checkpoints: finding them, checking them before a resume, and averaging the last ones (section 6.1)."""
+
+import json
+import re
+import shutil
+from pathlib import Path
+
+import torch
+from safetensors import safe_open
+from safetensors.torch import load_file, save
+from transformers.trainer_pt_utils import safe_globals
+from transformers.utils import logging
+
+from ..data.folders import model_files, new_output_dir
+from ..errors import InputError
+
+
+logger = logging.get_logger(__name__)
+
+
+def verify_checkpoint(checkpoint: str | Path) -> None:
+    """Raise, naming the file, if a checkpoint to resume from is truncated or corrupt.
+
+    Resuming would otherwise fail deep inside Trainer, or worse, quietly start from fresh weights.
+    """
+    checkpoint = Path(checkpoint)
+    for required in ("model.safetensors", "trainer_state.json"):  # the state is written last: its absence = cut short
+        if not (checkpoint / required).is_file():
+            raise InputError(f"{checkpoint / required} is missing: {checkpoint} is not a complete checkpoint.")
+    weights = checkpoint / "model.safetensors"
+    try:
+        with safe_open(weights, framework="pt") as f:
+            for name in f.keys():
+                f.get_slice(name)[-1:]  # reads the last bytes of every tensor: catches truncated files
+    except Exception as error:
+        raise InputError(f"{weights} is corrupt or truncated ({error}); resume from an earlier checkpoint.") from error
+    for name in ("optimizer.pt", "scheduler.pt", "rng_state.pth", "trainer_state.json"):
+        path = checkpoint / name
+        if not path.is_file():
+            continue
+        try:
+            if path.suffix == ".json":
+                json.loads(path.read_text())
+            else:
+                with safe_globals():  # the numpy types Trainer itself allows in rng_state.pth
+                    torch.load(path, map_location="cpu", weights_only=True)
+        except Exception as error:
+            raise InputError(
+                f"{path} is corrupt or truncated ({error}); resume from an earlier checkpoint."
+            ) from error
+
+
+def checkpoint_folders(run_dir: str | Path) -> list[Path]:
+    """The `checkpoint-<step>` folders of a Trainer run, oldest (lowest step) first."""
+    found = [path for path in Path(run_dir).glob("checkpoint-*") if re.fullmatch(r"checkpoint-\d+", path.name)]
+    return sorted((path for path in found if path.is_dir()), key=lambda path: int(path.name.split("-")[1]))
+
+
+def last_complete_checkpoint(run_dir: str | Path) -> Path:
+    """The newest `checkpoint-<step>` that passes `verify_checkpoint`, skipping (and reporting) newer ones that a crash
+    or a kill left half-written: Trainer does not write checkpoints atomically."""
+    problems = []
+    for checkpoint in reversed(checkpoint_folders(run_dir)):
+        try:
+            verify_checkpoint(checkpoint)
+        except InputError as error:
+            logger.warning(f"Skipping an incomplete checkpoint: {error}")
+            problems.append(str(error))
+            continue
+        return checkpoint
+    raise InputError(f"No complete checkpoint-<step> folder in {run_dir} to resume from. " + " ".join(problems))
+
+
+def last_checkpoints(run_dir: str | Path, n: int) -> list[Path]:
+    """The `n` most recent `checkpoint-<step>` folders of a Trainer run, oldest first."""
+    if not Path(run_dir).is_dir():
+        raise InputError(f"--run_dir {run_dir}: no such folder.")
+    found = checkpoint_folders(run_dir)
+    if len(found) < n:
+        raise InputError(f"--last {n}: {run_dir} has {len(found)} checkpoint-<step> folder(s), fewer than {n}.")
+    return found[-n:]
+
+
+def average_checkpoints(checkpoints: list[str | Path], output_dir: str | Path, overwrite: bool = False) -> Path:
+    """Write the element-wise mean of the checkpoints' weights as a normal model folder.
+
+    Configs, code and tokenizer files are copied from the last checkpoint, so `from_pretrained(output_dir)` loads it.
+    """
+    if not checkpoints:
+        raise InputError("No checkpoints to average.")
+    checkpoints = [Path(c) for c in checkpoints]
+    for checkpoint in checkpoints:
+        if not checkpoint.is_dir():
+            raise InputError(f"{checkpoint}: no such checkpoint folder.")
+    total, reference = None, None
+    for checkpoint in checkpoints:
+        weights_file = checkpoint / "model.safetensors"
+        if not weights_file.is_file():
+            raise InputError(f"{weights_file} does not exist: average only safetensors checkpoints.")
+        weights = load_file(weights_file)
+        if total is None:
+            reference = weights
+            total = {k: v.double() for k, v in weights.items()}
+            continue
+        if weights.keys() != total.keys():
+            raise InputError(f"{weights_file} has different tensors from {checkpoints[0] / 'model.safetensors'}.")
+        for k, v in weights.items():
+            total[k] += v.double()
+    average = {k: (v / len(checkpoints)).to(reference[k].dtype) for k, v in total.items()}
+
+    output_dir = new_output_dir(output_dir, overwrite)
+    for item in model_files(checkpoints[-1]):
+        if item.suffix != ".safetensors":
+            shutil.copy2(item, output_dir / item.name)
+    # Written by Python rather than safetensors' save_file, which gives the file mode 0600 whatever the umask.
+    (output_dir / "model.safetensors").write_bytes(save(average, metadata={"format": "pt"}))
+    return output_dir

@@ -1,0 +1,356 @@
+"""Translation engines behind `hf_vanilla_transformer.translate.translator`: PyTorch `generate()` (float32, bf16/fp16 on GPUs,
+dynamic int8 on CPUs) and CTranslate2.
+
+Both take batches of source token ids with a new-token limit per sentence and return, per sentence, the best
+hypotheses as token ids with the log-probability of every token. Texts, batching and files are `translate.py`'s.
+"""
+
+import copy
+import hashlib
+import json
+import os
+import shutil
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from transformers import (
+    AutoConfig,
+    AutoModelForSeq2SeqLM,
+    AutoTokenizer,
+    GenerationConfig,
+    LogitsProcessor,
+    StoppingCriteria,
+)
+from transformers.utils import logging
+
+from ..data.folders import resolve_model
+from ..errors import InputError
+from ..model.configuration_vanilla_transformer import MAX_LEN_A, MAX_LEN_B, VanillaTransformerConfig
+from ..model.pipeline_translation import check_tokenizer_fits_model, max_source_length
+
+
+logger = logging.get_logger(__name__)
+
+BEAM_ONLY = ("early_stopping", "length_penalty")
+SAMPLING_ONLY = ("temperature", "top_k", "top_p", "min_p", "typical_p", "epsilon_cutoff", "eta_cutoff", "top_h")
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+@dataclass
+class Hypothesis:
+    """One translation: generated ids (EOS included when the model ended it) and their log-probabilities."""
+
+    token_ids: list[int]
+    token_scores: list[float]
+    reached_limit: bool  # stopped by the length limit before the model produced EOS
+
+
+def sequence_score(token_scores: list[float], length_penalty: float) -> float:
+    """Beam search's ranking score: the summed log-probabilities over length ** length_penalty."""
+    return sum(token_scores) / max(len(token_scores), 1) ** length_penalty
+
+
+def _length_penalty(generation_config: GenerationConfig) -> float:
+    return 1.0 if generation_config.length_penalty is None else generation_config.length_penalty
+
+
+def default_length_rule(generation_config: GenerationConfig) -> tuple[float, int]:
+    """(a, b) of the default limit a x source tokens + b new tokens: the model's own limit where its generation config
+    sets one (a = 0), else the translation pipeline's source length + 50, as generate() does for our models."""
+    if generation_config.max_new_tokens is not None:
+        return 0.0, generation_config.max_new_tokens
+    if generation_config.max_length is not None:
+        return 0.0, generation_config.max_length - 1  # an encoder-decoder's max_length counts the decoder start token
+    return float(MAX_LEN_A), MAX_LEN_B
+
+
+class SentenceLengthLimit(StoppingCriteria):
+    """Stops every row of sentence i after `limits[i]` new tokens: generate() has one limit per batch.
+
+    Rows are (sentence, beam or sample), sentence-major; beam search asks about all its candidate rows.
+    """
+
+    def __init__(self, limits: torch.Tensor):
+        self.limits = limits  # (b,)
+
+    def __call__(self, input_ids: torch.LongTensor, scores, **kwargs) -> torch.BoolTensor:
+        rows_per_sentence = input_ids.shape[0] // self.limits.shape[0]
+        return input_ids.shape[1] - 1 >= self.limits.repeat_interleave(rows_per_sentence)  # -1: decoder start
+
+
+class ScoreRecorder(LogitsProcessor):
+    """Keeps the log-probability of each chosen token without output_scores' full (rows, vocab) tensor per step.
+
+    It runs after the model's processors (forced or suppressed tokens) and before sampling's temperature/top-k/top-p.
+    Beam search: keeps each row's `keep` best log-probabilities per step; every token beam search picks is among the
+    best 2 * num_beams of its row (all of them when sampling). Greedy and sampling keep rows in place: the previous
+    step's log-probabilities are read at the token each row has just appended.
+    """
+
+    def __init__(self, beam_search: bool, keep: int):
+        self.beam_search, self.keep = beam_search, keep
+        self.steps, self.previous = [], None
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        if self.beam_search:  # scores are already log-probabilities
+            self.steps.append(scores.topk(min(self.keep, scores.shape[-1]), dim=-1))
+        else:
+            if self.previous is not None:
+                self.steps.append(self.previous.gather(1, input_ids[:, -1:]).squeeze(1))
+            self.previous = scores.log_softmax(-1)
+        return scores
+
+    def token_scores(self, sequences: torch.Tensor, beam_indices: torch.Tensor | None) -> torch.Tensor:
+        """(rows, new tokens) log-probabilities of `sequences[:, 1:]`, meaningful up to each row's end (beam search:
+        NaN after it)."""
+        tokens = sequences[:, 1:]
+        if not self.beam_search:
+            last = self.previous.gather(1, tokens[:, len(self.steps) : len(self.steps) + 1]).squeeze(1)
+            return torch.stack([*self.steps, last], dim=1)[:, : tokens.shape[1]]
+        steps = beam_indices.shape[1]
+        values = torch.stack([v for v, _ in self.steps[:steps]])  # (steps, rows, keep)
+        indices = torch.stack([i for _, i in self.steps[:steps]])
+        rows = beam_indices.clamp(min=0)  # (hypotheses, steps); -1 = not generated
+        at_step = torch.arange(steps, device=rows.device)
+        found = indices[at_step, rows] == tokens[:, :steps, None]  # (hypotheses, steps, keep)
+        scores = torch.where(found, values[at_step, rows], 0.0).sum(-1)
+        return scores.masked_fill(~found.any(-1) | (beam_indices < 0), float("nan"))
+
+
+class TorchBackend:
+    """`model.generate()` with one new-token limit per sentence and the token log-probabilities of the hypotheses."""
+
+    def __init__(self, model, tokenizer, generation_config: GenerationConfig, nbest: int):
+        self.model, self.tokenizer, self.nbest = model, tokenizer, nbest
+        self.device = next(model.parameters()).device
+        eos = generation_config.eos_token_id
+        self.eos_ids = set(eos if isinstance(eos, list) else [eos])
+        self.input_limit = max_source_length(tokenizer, model.config)
+        self.max_position_embeddings = getattr(model.config, "max_position_embeddings", None)
+        self.default_length_rule = default_length_rule(generation_config)
+        self.length_penalty = _length_penalty(generation_config)
+        self.generation_config = copy.deepcopy(generation_config)
+        self.generation_config.max_length = self.generation_config.max_new_tokens = None  # set per batch
+
+    @torch.inference_mode()
+    def generate(
+        self, sources: list[list[int]], limits: list[int], scores: bool = True, seed: int = 0
+    ) -> list[list[Hypothesis]]:
+        """The `nbest` best hypotheses of each source (token ids with EOS), at most `limits[i]` new tokens each."""
+        pad = self.tokenizer.pad_token_id
+        length = max(map(len, sources))
+        input_ids = torch.tensor([s + [pad] * (length - len(s)) for s in sources], device=self.device)
+        attention_mask = torch.tensor([[1] * len(s) + [0] * (length - len(s)) for s in sources], device=self.device)
+        config = self.generation_config
+        num_beams = config.num_beams or 1
+        if config.do_sample:
+            torch.manual_seed(seed)
+        # Beam search picks among its best max(2, 1 + number of EOS ids) * num_beams candidates per sentence.
+        keep = self.model.config.vocab_size if config.do_sample else max(2, 1 + len(self.eos_ids)) * num_beams
+        recorder = ScoreRecorder(num_beams > 1, keep)
+        # generate() fills what its arguments leave unset from model.generation_config, and warns when that has a
+        # max_length beside our max_new_tokens: during the call, the model's config is ours.
+        original, self.model.generation_config = self.model.generation_config, config
+        try:
+            output = self.model.generate(
+                input_ids=input_ids,
+                attention_mask=attention_mask,
+                max_new_tokens=max(limits),
+                stopping_criteria=[SentenceLengthLimit(torch.tensor(limits, device=self.device))],
+                logits_processor=[recorder] if scores else [],
+                return_dict_in_generate=True,
+            )
+        finally:
+            self.model.generation_config = original
+        sequences = output.sequences
+        token_scores = recorder.token_scores(sequences, output.get("beam_indices")).tolist() if scores else None
+        hypotheses = []
+        for row, ids in enumerate(sequences[:, 1:].tolist()):
+            limit_of_row = limits[row // self.nbest]
+            end = next((i + 1 for i, t in enumerate(ids[:limit_of_row]) if t in self.eos_ids), None)
+            n = end or min(limit_of_row, len(ids))
+            row_scores = token_scores[row][:n] if scores else []
+            hypotheses.append(Hypothesis(ids[:n], row_scores, end is None))
+        return [hypotheses[i : i + self.nbest] for i in range(0, len(hypotheses), self.nbest)]
+
+
+def load_torch_backend(
+    model,
+    overrides: dict,
+    nbest: int,
+    device: str | None = None,
+    dtype: str = "float32",
+    int8: bool = False,
+    trust_remote_code: bool = False,
+    tokenizer=None,
+) -> TorchBackend:
+    """Any `AutoModelForSeq2SeqLM`, a folder or Hub id loaded with its tokenizer, or a model object with `tokenizer`
+    (moved to `device` and `dtype`, in eval mode); `overrides` go on top of its generation config."""
+    device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    if dtype not in DTYPES:
+        raise InputError(f"--dtype must be one of {sorted(DTYPES)}, got {dtype!r}.")
+    if dtype == "float16" and device.type == "cpu":
+        # bfloat16 is allowed: CPUs with AMX or AVX512-BF16 run it fast (on others it is slower than float32).
+        raise InputError("--dtype float16 needs a GPU (--device cuda): CPUs compute float16 slowly, if at all.")
+    if int8 and (device.type != "cpu" or dtype != "float32"):
+        raise InputError("--int8 is PyTorch's dynamic quantization for CPUs: use it with --device cpu and float32.")
+    if isinstance(model, str):
+        name = resolve_model(model)
+        tokenizer = tokenizer or AutoTokenizer.from_pretrained(name, trust_remote_code=trust_remote_code)
+        model = AutoModelForSeq2SeqLM.from_pretrained(name, dtype=DTYPES[dtype], trust_remote_code=trust_remote_code)
+    elif tokenizer is None:
+        raise ValueError("A model object needs its `tokenizer`.")
+    check_tokenizer_fits_model(tokenizer, model.config)
+    model = model.to(device, DTYPES[dtype]).eval()
+    if int8:
+        # A copy with every nn.Linear (the tied lm_head too, as its own int8 copy) holding int8 weights and
+        # quantizing its input on the fly; embeddings, LayerNorms and the attention products stay float32. torch 2.13
+        # deprecates these quantized tensors in favour of torchao, and warns; they still work.
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*quantized tensor creation functions", category=UserWarning)
+            model = torch.ao.quantization.quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8)
+    return TorchBackend(model, tokenizer, generation_settings(model.generation_config, overrides, nbest), nbest)
+
+
+def generation_settings(base: GenerationConfig, overrides: dict, nbest: int) -> GenerationConfig:
+    """The model's generation config with `overrides` on top, checked before any input is read."""
+    config = copy.deepcopy(base)
+    config.update(**overrides)
+    # What the model's config sets for a strategy that the overrides turned off would be an error in validate().
+    unused = (BEAM_ONLY if (config.num_beams or 1) == 1 else ()) + (() if config.do_sample else SAMPLING_ONLY)
+    config.update(**{name: None for name in unused if name not in overrides})
+    if nbest > 1 and not config.do_sample and (config.num_beams or 1) < nbest:
+        raise InputError(
+            f"--nbest {nbest} needs --num_beams {nbest} or more (beam search keeps num_beams hypotheses)."
+        )
+    config.num_return_sequences = nbest
+    try:
+        config.validate(strict=True)
+    except ValueError as error:  # settings that contradict each other, named by transformers
+        raise InputError(f"These decoding options do not go together: {error}") from None
+    return config
+
+
+class CTranslate2Backend:
+    """A CTranslate2 `Translator` on the same interface. CTranslate2 has one length limit per call, so a batch is
+    translated in groups of sentences that share a limit (neighbours in a length-sorted batch usually do). Token
+    log-probabilities come from scoring the hypotheses (`score_batch`), the model's own, as beam search uses them."""
+
+    def __init__(self, translator, tokenizer, generation_config: GenerationConfig, nbest: int, limit: int | None):
+        from ..interop.ctranslate2 import translate_options
+
+        self.translator, self.tokenizer, self.nbest = translator, tokenizer, nbest
+        self.input_limit = self.max_position_embeddings = limit
+        self.default_length_rule = default_length_rule(generation_config)
+        self.length_penalty = _length_penalty(generation_config)
+        # Long lines are split before they get here (max_input_length=0: no truncation); EOS shows who ended.
+        self.options = translate_options(
+            generation_config, num_hypotheses=nbest, max_input_length=0, return_end_token=True
+        )
+
+    def generate(self, sources: list[list[int]], limits: list[int], scores: bool = True, seed: int = 0):
+        eos = self.tokenizer.eos_token
+        tokens = [self.tokenizer.convert_ids_to_tokens(s) for s in sources]
+        results = [None] * len(sources)
+        for limit in sorted(set(limits)):
+            group = [i for i, n in enumerate(limits) if n == limit]
+            outputs = self.translator.translate_batch(
+                [tokens[i] for i in group], **{**self.options, "max_decoding_length": limit}
+            )
+            for i, output in zip(group, outputs):
+                results[i] = output.hypotheses
+        hypotheses = [[(h[:-1], True) if h and h[-1] == eos else (h, False) for h in r] for r in results]
+        flat = [(i, h) for i, hs in enumerate(hypotheses) for h in hs]
+        log_probs = [[] for _ in flat]
+        if scores and flat:
+            scored = self.translator.score_batch([tokens[i] for i, _ in flat], [h for _, (h, _) in flat])
+            log_probs = [s.log_probs if ended else s.log_probs[:-1] for s, (_, (_, ended)) in zip(scored, flat)]
+        out = [[] for _ in sources]
+        for (i, (h, ended)), token_scores in zip(flat, log_probs):
+            ids = self.tokenizer.convert_tokens_to_ids(h + [eos] if ended else h)
+            out[i].append(Hypothesis(ids, list(token_scores), not ended))
+        return out
+
+
+def load_ctranslate2_backend(
+    model_name: str,
+    overrides: dict,
+    nbest: int,
+    device: str | None = None,
+    compute_type: str = "default",
+    trust_remote_code: bool = False,
+) -> CTranslate2Backend:
+    """A CTranslate2 model folder (`model.bin`) with its tokenizer files, or a transformers model folder converted on
+    first use into a cache folder keyed by its weights. Decoding defaults come from `generation_config.json`."""
+    try:
+        import ctranslate2
+    except ImportError:
+        raise InputError("--backend ctranslate2 needs CTranslate2: pip install ctranslate2") from None
+    folder = Path(resolve_model(model_name))
+    if not folder.is_dir():
+        raise InputError(f"--backend ctranslate2 needs a local model folder, got the Hub id {model_name!r}.")
+    source = folder
+    if not (folder / "model.bin").is_file():
+        folder = _converted(source, trust_remote_code)
+    tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=trust_remote_code)
+    if (source / "generation_config.json").is_file():
+        generation_config = GenerationConfig.from_pretrained(source)
+    else:
+        generation_config = GenerationConfig(eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
+    device, _, index = (device or ("cuda" if ctranslate2.get_cuda_device_count() else "cpu")).partition(":")
+    # As many threads as torch uses (OMP_NUM_THREADS, torch.set_num_threads); CTranslate2 would take 4.
+    translator = ctranslate2.Translator(
+        str(folder),
+        device=device,
+        device_index=int(index or 0),
+        compute_type=compute_type,
+        intra_threads=torch.get_num_threads(),
+    )
+    if generation_config.bad_words_ids and all(len(ids) == 1 for ids in generation_config.bad_words_ids):
+        # OPUS-MT models ban <pad>, which CTranslate2's Marian conversion leaves out: only other bans need mapping.
+        vocabulary = set(_target_vocabulary(folder))
+        banned = [
+            ids for ids in generation_config.bad_words_ids if tokenizer.convert_ids_to_tokens(ids[0]) in vocabulary
+        ]
+        generation_config.bad_words_ids = banned or None
+    config = None if source == folder else AutoConfig.from_pretrained(source, trust_remote_code=trust_remote_code)
+    generation_config = generation_settings(generation_config, overrides, nbest)
+    return CTranslate2Backend(translator, tokenizer, generation_config, nbest, max_source_length(tokenizer, config))
+
+
+def _target_vocabulary(folder: Path) -> list[str]:
+    for name in ("target_vocabulary.json", "shared_vocabulary.json"):
+        if (folder / name).is_file():
+            return json.loads((folder / name).read_text(encoding="utf-8"))
+    return []
+
+
+def _converted(model_dir: Path, trust_remote_code: bool) -> Path:
+    """Convert a transformers folder once: this package's models with `export_ctranslate2`, others (MarianMT, ...)
+    with CTranslate2's converter. Later runs reuse the cache folder, named by the weights' names, sizes and times."""
+    digest = hashlib.sha256(str(model_dir.resolve()).encode())
+    for path in sorted(model_dir.glob("*.safetensors")) + sorted(model_dir.glob("*.bin")):
+        digest.update(f"{path.name}:{path.stat().st_size}:{path.stat().st_mtime_ns}".encode())
+    cache = Path(os.environ.get("HF_VANILLA_TRANSFORMER_CACHE", Path.home() / ".cache" / "hf_vanilla_transformer"))
+    target = cache / "ctranslate2" / f"{model_dir.resolve().name}-{digest.hexdigest()[:16]}"
+    if (target / "model.bin").is_file():
+        return target
+    logger.warning(f"Converting {model_dir} to CTranslate2 in {target} (once; later runs reuse it).")
+    # Into a folder of this process's own, renamed when complete: concurrent processes never see half a model.
+    partial = target.with_name(f"{target.name}.{os.getpid()}.partial")
+    config = AutoConfig.from_pretrained(model_dir, trust_remote_code=trust_remote_code)
+    if config.model_type == VanillaTransformerConfig.model_type:
+        from ..interop.ctranslate2 import export_ctranslate2
+
+        export_ctranslate2(model_dir, partial)
+    else:
+        from ctranslate2.converters import TransformersConverter
+
+        TransformersConverter(str(model_dir), trust_remote_code=trust_remote_code).convert(str(partial), force=True)
+    try:
+        os.rename(partial, target)
+    except OSError:  # another process finished first
+        shutil.rmtree(partial, ignore_errors=True)
+    return target

@@ -1,0 +1,99 @@
+"""`hf-vanilla-transformer translate`: the command over `translate_file`."""
+
+import argparse
+import sys
+
+from ..errors import CommandParser
+
+
+GENERATION_OPTIONS = ("num_beams", "length_penalty", "early_stopping", "do_sample", "temperature", "top_k", "top_p")
+DESCRIPTION = """Translate text files with any AutoModelForSeq2SeqLM folder: one output line per input line, in order,
+in length-sorted token-budget batches, resumable (--resume), across processes under accelerate launch."""
+
+
+def build_parser(prog: str) -> argparse.ArgumentParser:
+    from .io import FORMATS
+    from .translator import DEFAULT_BUFFER_SIZE, DEFAULT_MAX_TOKENS
+
+    parser = CommandParser(prog=prog, description=DESCRIPTION)
+    parser.add_argument("inputs", nargs="*", metavar="FILE", help="input files, one text per line (default: stdin)")
+    parser.add_argument("--model", required=True, help="model folder or Hub id (any AutoModelForSeq2SeqLM)")
+    parser.add_argument("--output", help="output file (default: stdout)")
+    parser.add_argument("--overwrite", action="store_true", help="replace an existing --output")
+    parser.add_argument("--format", default="text", choices=FORMATS, dest="output_format")
+    parser.add_argument("--nbest", type=int, default=1, help="hypotheses per line (jsonl and fairseq formats)")
+    decoding = parser.add_argument_group("decoding (default: the model's generation config)")
+    decoding.add_argument("--num_beams", type=int)
+    decoding.add_argument("--length_penalty", type=float)
+    decoding.add_argument("--early_stopping", action=argparse.BooleanOptionalAction, default=None)
+    decoding.add_argument("--do_sample", action=argparse.BooleanOptionalAction, default=None)
+    decoding.add_argument("--temperature", type=float)
+    decoding.add_argument("--top_k", type=int)
+    decoding.add_argument("--top_p", type=float)
+    decoding.add_argument("--seed", type=int, default=0, help="sampling seed (each batch is seeded from it)")
+    decoding.add_argument("--max_len_a", type=float, help="new tokens <= a * source tokens + b")
+    decoding.add_argument(
+        "--max_len_b", type=int, help="(default: the model's own limit, else a=1, b=50 as generate())"
+    )
+    batching = parser.add_argument_group("batching")
+    batching.add_argument(
+        "--max_tokens", type=int, help=f"padded source tokens per batch (default {DEFAULT_MAX_TOKENS})"
+    )
+    batching.add_argument("--batch_size", type=int, help="sentences per batch")
+    batching.add_argument("--buffer_size", type=int, default=DEFAULT_BUFFER_SIZE, help="lines read and sorted at once")
+    engine = parser.add_argument_group("engine")
+    engine.add_argument("--backend", default="torch", choices=("torch", "ctranslate2"))
+    engine.add_argument("--device", help="cpu, cuda, cuda:1, ... (default: cuda when there is one)")
+    engine.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"))
+    engine.add_argument("--int8", action="store_true", help="dynamic int8 quantization of the linear layers (CPU)")
+    engine.add_argument("--compute_type", default="default", help="CTranslate2's compute type (int8, float16, ...)")
+    engine.add_argument("--trust_remote_code", action="store_true")
+    parser.add_argument("--resume", action="store_true", help="continue an interrupted run into the same --output")
+    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    return parser
+
+
+def main(argv: list[str], prog: str) -> int:
+    args = build_parser(prog).parse_args(argv)
+    from transformers.utils import logging
+
+    from ..data.folders import check_output_file
+    from .io import check_inputs
+    from .translator import load_translator, translate_file
+
+    if args.quiet:
+        logging.disable_progress_bar()
+    check_inputs(args.inputs or ["-"])
+    if args.output not in (None, "-") and not args.resume:
+        check_output_file(args.output, args.overwrite)
+    translator = load_translator(
+        args.model,
+        backend=args.backend,
+        generation={name: getattr(args, name) for name in GENERATION_OPTIONS},
+        nbest=args.nbest,
+        max_len_a=args.max_len_a,
+        max_len_b=args.max_len_b,
+        device=args.device,
+        dtype=args.dtype,
+        int8=args.int8,
+        compute_type=args.compute_type,
+        trust_remote_code=args.trust_remote_code,
+    )
+    try:
+        translate_file(
+            args.inputs,
+            args.output,
+            translator,
+            output_format=args.output_format,
+            resume=args.resume,
+            quiet=args.quiet,
+            max_tokens=args.max_tokens,
+            batch_size=args.batch_size,
+            buffer_size=args.buffer_size,
+            seed=args.seed,
+        )
+    except KeyboardInterrupt:
+        if args.output:
+            print(f"{prog}: interrupted; add --resume to continue into {args.output}.", file=sys.stderr)
+        return 130
+    return 0

@@ -1,0 +1,249 @@
+"""`hf-vanilla-transformer train translation`: from corpus files to a trained, reloadable, shareable translator; resume, refusal to overwrite, checkpoint averaging, two processes."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+from transformers import (
+    AutoModelForSeq2SeqLM,
+    AutoTokenizer,
+)
+
+from hf_vanilla_transformer.errors import InputError
+from hf_vanilla_transformer.training.checkpoints import average_checkpoints, last_checkpoints
+from tests.helpers import PAIRS, ROOT, TINY_MODEL, logged_losses, run_training, write_jsonl
+
+
+@pytest.fixture(scope="module")
+def pairs_file(tmp_path_factory):
+    return write_jsonl(tmp_path_factory.mktemp("data") / "pairs.jsonl", PAIRS)
+
+
+@pytest.mark.slow
+def test_training_overfits_a_few_pairs_and_the_folder_is_ready_to_share(pairs_file, tmp_path):
+    out = tmp_path / "run"
+    run_training(
+        "--output_dir",
+        out,
+        "--train_file",
+        pairs_file,
+        "--validation_file",
+        pairs_file,
+        "--test_file",
+        pairs_file,
+        *TINY_MODEL,
+        "--d_model",
+        64,
+        "--ffn_dim",
+        128,
+        "--max_steps",
+        300,
+        "--per_device_train_batch_size",
+        8,
+        "--dropout",
+        0,
+        "--warmup_steps",
+        20,
+        "--learning_rate",
+        3e-3,
+        "--eval_steps",
+        150,
+        "--save_steps",
+        150,
+        "--logging_steps",
+        10,
+        "--translate",
+        "Wo ist Tom?",
+    )
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["test"]["bleu"] == pytest.approx(100.0) and metrics["test"]["num_samples"] == len(PAIRS)
+    assert metrics["training"]["steps"] == 300 and metrics["training"]["label_smoothing"] == 0.1
+    files = {p.name for p in out.iterdir()}
+    assert {
+        "model.safetensors",
+        "config.json",
+        "generation_config.json",
+        "tokenizer.json",
+        "training_curves.png",
+        "modeling_vanilla_transformer.py",
+        "configuration_vanilla_transformer.py",
+    } <= files
+    generation_config = json.loads((out / "generation_config.json").read_text())
+    assert (generation_config["num_beams"], generation_config["length_penalty"]) == (4, 0.6)
+    # No fixed length (evaluation must not leave transformers' max_length=20 there): limits follow the source.
+    assert "max_length" not in generation_config and "max_new_tokens" not in generation_config
+
+    tokenizer = AutoTokenizer.from_pretrained(out)
+    model = AutoModelForSeq2SeqLM.from_pretrained(out).eval()
+    batch = tokenizer([de for de, _ in PAIRS], return_tensors="pt", padding=True)
+    greedy = model.generate(**batch, num_beams=1, max_new_tokens=20)
+    assert tokenizer.batch_decode(greedy, skip_special_tokens=True) == [en for _, en in PAIRS]
+
+
+@pytest.mark.slow
+def test_interrupted_and_resumed_training_reproduces_the_uninterrupted_losses(tmp_path):
+    data = write_jsonl(tmp_path / "train.jsonl", [(f"{de} {i}", f"{en} {i}") for i in range(6) for de, en in PAIRS])
+    common = [
+        "--train_file",
+        data,
+        *TINY_MODEL,
+        "--per_device_train_batch_size",
+        8,
+        "--logging_steps",
+        1,
+        "--eval_strategy",
+        "no",
+        "--save_steps",
+        4,
+        "--learning_rate",
+        3e-3,
+        "--warmup_steps",
+        3,
+    ]
+    run_training("--output_dir", tmp_path / "full", *common, "--max_steps", 10)
+    run_training("--output_dir", tmp_path / "cut", *common, "--max_steps", 4)  # "interrupted" after checkpoint-4
+    run_training("--output_dir", tmp_path / "cut", *common, "--max_steps", 10, "--resume_from_checkpoint", "last")
+    full, resumed = logged_losses(tmp_path / "full"), logged_losses(tmp_path / "cut")
+    assert sorted(full) == sorted(resumed) == list(range(1, 11))
+    for step in range(5, 11):
+        assert resumed[step] == pytest.approx(full[step], rel=1e-6), step
+
+
+def test_training_refuses_to_overwrite_a_previous_run(tmp_path, pairs_file):
+    (tmp_path / "old").mkdir()
+    (tmp_path / "old" / "model.safetensors").write_bytes(b"precious")
+    with pytest.raises(InputError, match="not empty.*--overwrite"):
+        run_training("--output_dir", tmp_path / "old", "--train_file", pairs_file, *TINY_MODEL)
+    with pytest.raises(InputError, match="No complete checkpoint"):
+        run_training("--output_dir", tmp_path / "old", "--train_file", pairs_file, "--resume_from_checkpoint", "last")
+    assert (tmp_path / "old" / "model.safetensors").read_bytes() == b"precious"
+
+
+@pytest.mark.slow
+def test_checkpoint_averaging_writes_a_loadable_model_with_the_mean_weights(tmp_path, pairs_file):
+    run_training(
+        "--output_dir",
+        tmp_path / "run",
+        "--train_file",
+        pairs_file,
+        *TINY_MODEL,
+        "--max_steps",
+        6,
+        "--save_steps",
+        2,
+        "--eval_strategy",
+        "no",
+        "--per_device_train_batch_size",
+        4,
+    )
+    checkpoints = last_checkpoints(tmp_path / "run", 3)
+    assert [c.name for c in checkpoints] == ["checkpoint-2", "checkpoint-4", "checkpoint-6"]
+    average_checkpoints(checkpoints, tmp_path / "avg")
+    averaged = AutoModelForSeq2SeqLM.from_pretrained(tmp_path / "avg")
+    models = [AutoModelForSeq2SeqLM.from_pretrained(c) for c in checkpoints]
+    for name, param in averaged.named_parameters():
+        expected = sum(dict(m.named_parameters())[name] for m in models) / 3
+        torch.testing.assert_close(param, expected, atol=1e-6, rtol=1e-6)
+    assert AutoTokenizer.from_pretrained(tmp_path / "avg")("Ja.")["input_ids"]
+    with pytest.raises(InputError, match=r"--last 5: .* has 3 checkpoint-<step> folder\(s\), fewer than 5"):
+        last_checkpoints(tmp_path / "run", 5)
+
+
+@pytest.mark.slow
+def test_two_processes_train_and_evaluate_like_one_with_the_same_global_batch(tmp_path):
+    train = write_jsonl(tmp_path / "train.jsonl", [(f"{de} {i}", f"{en} {i}") for i in range(4) for de, en in PAIRS])
+    evaluation = write_jsonl(tmp_path / "eval.jsonl", PAIRS[:7])  # 7 pairs: not divisible by 2 processes x batch 2
+    common = [
+        "--train_file",
+        train,
+        "--validation_file",
+        evaluation,
+        "--test_file",
+        evaluation,
+        *TINY_MODEL,
+        "--dropout",
+        0,
+        "--max_steps",
+        6,
+        "--logging_steps",
+        1,
+        "--eval_strategy",
+        "no",
+        "--save_strategy",
+        "no",
+        "--per_device_eval_batch_size",
+        2,
+        "--train_sampling_strategy",
+        "sequential",
+        "--use_cpu",
+        "--learning_rate",
+        3e-3,
+        "--warmup_steps",
+        2,
+    ]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    single = subprocess.run(
+        list(
+            map(
+                str,
+                [
+                    sys.executable,
+                    "-m",
+                    "hf_vanilla_transformer",
+                    "train",
+                    "translation",
+                    "--output_dir",
+                    tmp_path / "one",
+                    *common,
+                    "--per_device_train_batch_size",
+                    8,
+                ],
+            )
+        ),
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert single.returncode == 0, single.stderr[-3000:]
+    double = subprocess.run(
+        list(
+            map(
+                str,
+                [
+                    sys.executable,
+                    "-m",
+                    "torch.distributed.run",
+                    "--nproc_per_node",
+                    "2",
+                    "--master_port",
+                    "29533",
+                    "-m",
+                    "hf_vanilla_transformer",
+                    "train",
+                    "translation",
+                    "--output_dir",
+                    tmp_path / "two",
+                    *common,
+                    "--per_device_train_batch_size",
+                    4,
+                ],
+            )
+        ),
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert double.returncode == 0, double.stderr[-3000:]
+    one, two = (json.loads((tmp_path / run / "metrics.json").read_text()) for run in ("one", "two"))
+    assert two["training"]["world_size"] == 2
+    losses_one, losses_two = logged_losses(tmp_path / "one"), logged_losses(tmp_path / "two")
+    assert sorted(losses_one) == sorted(losses_two) == list(range(1, 7))
+    for step in losses_one:
+        assert losses_two[step] == pytest.approx(losses_one[step], rel=1e-4), step
+    assert one["test"]["num_samples"] == two["test"]["num_samples"] == 7  # every pair scored once
+    assert two["test"]["bleu"] == pytest.approx(one["test"]["bleu"], abs=1e-6)
