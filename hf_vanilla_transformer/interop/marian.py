@@ -19,7 +19,7 @@ from transformers import AutoTokenizer, MarianConfig, MarianMTModel
 from transformers.utils import logging
 
 from ..data.folders import apply_umask, check_output_dir, new_output_dir, resolve_model
-from ..model.configuration_vanilla_transformer import VanillaTransformerConfig
+from ..model.configuration_vanilla_transformer import VanillaTransformerConfig, special_token_ids
 from ..model.modeling_vanilla_transformer import (
     VanillaTransformerForConditionalGeneration,
     VanillaTransformerSinusoidalPositionalEncoding,
@@ -73,6 +73,31 @@ def load_converted_weights(
     model.load_state_dict(state_dict, strict=False)
 
 
+# Configuration fields that mean the same in both models.
+_SHARED_FIELDS = (
+    "vocab_size",
+    "d_model",
+    "encoder_layers",
+    "decoder_layers",
+    "encoder_attention_heads",
+    "decoder_attention_heads",
+    "encoder_ffn_dim",
+    "decoder_ffn_dim",
+    "max_position_embeddings",
+    "dropout",
+    "attention_dropout",
+    "activation_dropout",
+    "activation_function",
+    "init_std",
+    "scale_embedding",
+    "use_cache",
+)
+
+
+def _shared_fields(config) -> dict:
+    return {**{name: getattr(config, name) for name in _SHARED_FIELDS}, **special_token_ids(config)}
+
+
 def to_marian(model: VanillaTransformerForConditionalGeneration) -> MarianMTModel:
     """The same function as a `MarianMTModel`: logits equal to float32 rounding, `generate()` token-identical.
 
@@ -99,30 +124,11 @@ def to_marian(model: VanillaTransformerForConditionalGeneration) -> MarianMTMode
             )
 
     marian_config = MarianConfig(
-        vocab_size=config.vocab_size,
+        **_shared_fields(config),
         decoder_vocab_size=config.vocab_size,
-        d_model=config.d_model,
-        encoder_layers=config.encoder_layers,
-        decoder_layers=config.decoder_layers,
-        encoder_attention_heads=config.encoder_attention_heads,
-        decoder_attention_heads=config.decoder_attention_heads,
-        encoder_ffn_dim=config.encoder_ffn_dim,
-        decoder_ffn_dim=config.decoder_ffn_dim,
-        max_position_embeddings=config.max_position_embeddings,
-        dropout=config.dropout,
-        attention_dropout=config.attention_dropout,
-        activation_dropout=config.activation_dropout,
-        activation_function=config.activation_function,
-        init_std=config.init_std,
-        scale_embedding=config.scale_embedding,
         share_encoder_decoder_embeddings=config.tie_word_embeddings,
         tie_word_embeddings=config.tie_word_embeddings,
-        pad_token_id=config.pad_token_id,
-        bos_token_id=config.bos_token_id,
-        eos_token_id=config.eos_token_id,
-        decoder_start_token_id=config.decoder_start_token_id,
         forced_eos_token_id=None,
-        use_cache=config.use_cache,
     )
     marian = MarianMTModel(marian_config).to(model.dtype)
     weights = _reorder_model_dimension(model.state_dict(), marian_permutation(config.d_model))
@@ -198,30 +204,11 @@ def from_marian(model_or_dir: MarianMTModel | str | Path) -> VanillaTransformerF
     shared = config.share_encoder_decoder_embeddings and config.tie_word_embeddings
     ours = VanillaTransformerForConditionalGeneration(
         VanillaTransformerConfig(
-            vocab_size=config.vocab_size,
-            d_model=config.d_model,
-            encoder_layers=config.encoder_layers,
-            decoder_layers=config.decoder_layers,
-            encoder_attention_heads=config.encoder_attention_heads,
-            decoder_attention_heads=config.decoder_attention_heads,
-            encoder_ffn_dim=config.encoder_ffn_dim,
-            decoder_ffn_dim=config.decoder_ffn_dim,
-            max_position_embeddings=config.max_position_embeddings,
-            dropout=config.dropout,
-            attention_dropout=config.attention_dropout,
-            activation_dropout=config.activation_dropout,
-            activation_function=config.activation_function,
+            **_shared_fields(config),
             layer_norm_eps=_MARIAN_LAYER_NORM_EPS,
-            scale_embedding=config.scale_embedding,
             norm_first=False,
             stack_layer_norm=False,
-            init_std=config.init_std,
             tie_word_embeddings=shared,
-            pad_token_id=config.pad_token_id,
-            bos_token_id=config.bos_token_id,
-            eos_token_id=config.eos_token_id,
-            decoder_start_token_id=config.decoder_start_token_id,
-            use_cache=config.use_cache,
         )
     ).to(marian.dtype)
     # A Marian model with shared embeddings but an untied output projection still lists `model.shared`: ours, untied,

@@ -25,7 +25,9 @@ consumer understand; pre-norm models have no Marian form and are refused. "vanil
 own folder: any model, for ONNX Runtime (`onnx_runtime.OnnxSeq2SeqLM`) and this package, not for transformers.js.
 """
 
+import contextlib
 import hashlib
+import logging as logging_module
 import warnings
 from pathlib import Path
 
@@ -96,12 +98,28 @@ def cache_names(prefix: str, num_layers: int, encoder: bool = True) -> list[str]
     return [f"{prefix}.{i}.{part}.{kind}" for i in range(num_layers) for part in parts for kind in ("key", "value")]
 
 
+@contextlib.contextmanager
+def _quiet(*loggers: str):
+    """Hide the warnings of torch's exporter and ONNX Runtime's quantizer: notes about torch itself (torchvision ops
+    it skips, deprecations inside torch.export, axis names shared by several inputs) and a generic quantization
+    tip, nothing a user of this export can act on."""
+    levels = {name: logging_module.getLogger(name).level for name in loggers}
+    for name in loggers:
+        logging_module.getLogger(name).setLevel(logging_module.ERROR)
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="# The axis name")
+            warnings.filterwarnings("ignore", category=FutureWarning, module="copyreg")
+            yield
+    finally:
+        for name, level in levels.items():
+            logging_module.getLogger(name).setLevel(level)
+
+
 def _trace(module: nn.Module, args: tuple, input_names, output_names, dynamic_shapes) -> onnx.ModelProto:
-    with warnings.catch_warnings():
-        # One per dimension shared by several inputs (the batch, the source length): only a note.
-        warnings.filterwarnings("ignore", message="# The axis name")
+    with _quiet("torch.onnx._internal.exporter._registration"):
         program = torch.onnx.export(
-            module,
+            module.eval(),
             args,
             dynamo=True,
             input_names=input_names,
@@ -275,12 +293,13 @@ def quantize_onnx(onnx_dir: str | Path) -> list[Path]:
     for name in (ENCODER_FILE, DECODER_FILE):
         paths.append(onnx_dir / name.replace(".onnx", f"{QUANTIZED_SUFFIX}.onnx"))
         # EnableSubgraph: the merged decoder's matrix products sit inside the branches of its If node.
-        quantize_dynamic(
-            onnx_dir / name,
-            paths[-1],
-            weight_type=QuantType.QInt8,
-            extra_options={"EnableSubgraph": True, "MatMulConstBOnly": True},
-        )
+        with _quiet(""):  # the root logger, which the quantizer writes to
+            quantize_dynamic(
+                onnx_dir / name,
+                paths[-1],
+                weight_type=QuantType.QInt8,
+                extra_options={"EnableSubgraph": True, "MatMulConstBOnly": True},
+            )
     return paths
 
 

@@ -7,6 +7,7 @@ pre-norm model in this package's layout through the command line.
 """
 
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -262,3 +263,20 @@ def test_verify_export_on_a_test_file(post_norm, tmp_path, capsys):
     assert "| greedy | ONNX Runtime float32 | 6 | 100.0% |" in table and "| greedy | ONNX Runtime int8 | 6 |" in table
     if transformers_js_folder():
         assert "| greedy | transformers.js float32 | 2 | 100.0% |" in table
+
+
+def test_exports_run_quietly_and_give_their_files_the_umasks_modes(post_norm, tmp_path, capfd):
+    model_dir = post_norm[1].parent / "model"
+    umask = os.umask(0o022)
+    try:
+        for engine in ("onnx", "marian", "ctranslate2"):
+            argv = ["export", engine, "--model", str(model_dir), "--output_dir", str(tmp_path / engine)]
+            assert cli.main([*argv, "--quantize"] if engine == "onnx" else argv) == 0
+            out, err = capfd.readouterr()
+            assert out == f"Wrote {tmp_path / engine}\n" and err == "", err  # no warning a user cannot act on
+            modes = {
+                path.name: path.stat().st_mode & 0o777 for path in (tmp_path / engine).rglob("*") if path.is_file()
+            }
+            assert set(modes.values()) == {0o644}, modes  # safetensors alone would write 0600
+    finally:
+        os.umask(umask)
