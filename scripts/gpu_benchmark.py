@@ -186,7 +186,9 @@ class Results:
         self.save()
 
     def save(self) -> None:
-        self.path.write_text(json.dumps(self.data, indent=2) + "\n")
+        partial = self.path.with_name(self.path.name + ".partial")  # replaced at once: never half a file
+        partial.write_text(json.dumps(self.data, indent=2) + "\n")
+        os.replace(partial, self.path)
 
 
 def attempt(results: Results, name: str, fn, *args):
