@@ -46,7 +46,7 @@ BUDGETS = {
     "wheels": (90, 120),
     "environment": (60, 120),
     "tests": (120, 300),
-    "benchmark": (180, 600),
+    "benchmark": (210, 600),
     "train": (55, 300),
     "resume": (45, 300),
 }

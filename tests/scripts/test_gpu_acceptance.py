@@ -209,3 +209,67 @@ def benchmarks(folder: Path) -> list[int]:
         if "scripts.gpu_benchmark" in command and str(folder) in command and alive(int(process.name)):
             found.append(int(process.name))
     return found
+
+
+def test_the_summary_of_a_gpu_run_names_the_machine_the_failures_and_the_targets():
+    """The parts of the summary that only a GPU run fills (the dry run checks the others)."""
+    results = {
+        "mode": "GPU",
+        "started": "2026-11-24 10:00:00 UTC",
+        "time_limit_s": 560,
+        "seconds": 401.0,
+        "parts": [{"name": "tests", "status": "ok", "seconds": 61.0, "budget_s": 120}],
+        "environment": {
+            "gpus": [{"name": "NVIDIA H200", "memory_gib": 139.8, "capability": "9.0", "multiprocessors": 132}],
+            "nvidia_smi": {"gpus": [{"name": "NVIDIA H200", "driver_version": "580.159.04"}]},
+            "torch_cuda": "13.0",
+            "packages": {"torch": "2.11.0+cu130"},
+            "commit": "0123abc (written beside the wheels)",
+        },
+        "tests": {
+            "test_training::test_step[bf16]": {"outcome": "passed", "seconds": 1.0},
+            "test_training::test_syncs[labels-only]": {"outcome": "failed", "message": "AssertionError: 3 == 2"},
+        },
+        "benchmark": {
+            "settings": {
+                "device": "cuda", "size": "base", "device_name": "NVIDIA H200", "card": "H200",
+                "filled_workload": {"pairs_per_batch": 1024, "target_tokens_per_batch": 25600.0},
+            },
+            "peaks": {"card_dense_bf16": 989e12, "matmul_8192": 780e12},
+            "rows": [
+                {"system": "ours-sdpa", "label": "ours (sdpa)", "train_filled_tokens_per_s": 400000.0,
+                 "train_filled_utilisation": 0.35, "vs_marian": {"train_filled_tokens_per_s": 1.4}},
+                {"system": "ours-sdpa-compiled", "label": "ours, compiled static cache (bf16 weights)",
+                 "greedy_tokens_per_s": 9000.0, "uncompiled_greedy_tokens_per_s": 3000.0, "compile_seconds": 41.0,
+                 "identical_rows": "64/64", "vs_marian": {}},
+            ],
+            "targets": [
+                {"target": "training >= 1.3x MarianMTModel (sdpa) tokens/s", "value": 1.4, "passed": True},
+                {"target": "training >= 40% of the dense bf16 peak", "value": 0.35, "passed": False},
+            ],
+            "errors": {"ct2-bfloat16": "RuntimeError: benchmark_ctranslate2.py failed:\nlibcublas.so.12: not found"},
+            "skipped": {},
+        },
+        "training": [
+            {"size": "base", "config": "fsdp", "runs": {"train": {
+                "status": "ok", "wall_seconds": 30.0, "first_step": 0, "last_step": 150, "steps_per_second": 12.5,
+                "target_tokens_per_second": 110000.0, "peak_memory_allocated_mb": 6144.0, "world_size": 1,
+                "distributed_type": "FSDP", "wrapped_model": "FSDPVanillaTransformerForConditionalGeneration"}},
+             "report": {"parameters": 44000000, "validation": {"bleu": 1.2}, "hardware": "1 x NVIDIA H200"}},
+        ],
+    }  # fmt: skip
+    text = gpu_acceptance.summary(results)
+    assert "- GPU: NVIDIA H200 (139.8 GiB, sm 9.0); driver 580.159.04; CUDA (torch) 13.0" in text
+    assert "commit: 0123abc (written beside the wheels)" in text
+    assert (
+        "1 failed, 1 passed" in text and "- failed: `test_training::test_syncs[labels-only]`: AssertionError" in text
+    )
+    assert "dense bf16 peak 989 TFLOP/s (H200); measured matmul 8192^2 780 TFLOP/s" in text
+    assert "| ours (sdpa) | 400,000 (x1.40) | 35% |" in text
+    assert "9,000 greedy tok/s against 3,000 uncompiled" in text
+    assert "- PASS: training >= 1.3x" in text and "- FAIL: training >= 40% of the dense bf16 peak: 0.35" in text
+    assert "- error: ct2-bfloat16: libcublas.so.12: not found" in text
+    assert (
+        "| base fsdp train | ok | FSDP / FSDPVanillaTransformerForConditionalGeneration x1 | 0->150 | 12.5 |" in text
+    )
+    assert "| 110,000 | 6 | 30 |" in text  # target tok/s, peak GiB, wall seconds
