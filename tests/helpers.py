@@ -351,3 +351,22 @@ def static_server(directory):
         server.shutdown()
         server.server_close()
         thread.join()
+
+
+# --------------------------------------------------------------------------------------------------------- GPUs
+
+# The host synchronisations of one training step (forward and backward of a padded batch): one per padded mask, source
+# and target, to find the real tokens. tests/model pins it on the CPU; tests/gpu counts it on CUDA.
+HOST_READS_PER_TRAINING_STEP = 2
+NO_CUDA = (
+    "CUDA is not available (no NVIDIA GPU, or a CPU-only torch build): the GPU tests run on a GPU machine, "
+    "with `python -m scripts.gpu_acceptance` (docs/gpu.md)"
+)
+# The marks of every test in tests/gpu: selected by `-m cuda`, skipped without CUDA.
+CUDA_TESTS = [pytest.mark.cuda, pytest.mark.skipif(not torch.cuda.is_available(), reason=NO_CUDA)]
+
+
+def require_bf16() -> None:
+    """Skip, saying why, on a GPU without bf16 (compute capability below 8.0)."""
+    if not torch.cuda.is_bf16_supported(including_emulation=False):
+        pytest.skip(f"{torch.cuda.get_device_name()} has no bf16 (compute capability below 8.0)")
