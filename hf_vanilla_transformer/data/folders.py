@@ -2,6 +2,7 @@
 folder `--model` names, and writing a new folder or file (never over existing files unless asked, with the file modes
 the process umask gives)."""
 
+import json
 import os
 import shutil
 from pathlib import Path
@@ -36,10 +37,9 @@ def resolve_model(name: str | Path, option: str = "--model") -> str:
     path = Path(name).expanduser()
     if path.is_dir():
         if not (path / "config.json").is_file():
-            held = sorted(child.name for child in path.iterdir())[:8]
             raise InputError(
-                f"{option} {name}: the folder holds no model (no config.json; it has "
-                f"{', '.join(held) if held else 'nothing'}): give a folder saved by save_pretrained or by training."
+                f"{option} {name}: the folder holds no model (no config.json; it has {contents(path)}): give a folder "
+                "saved by save_pretrained or by training."
             )
         return str(path)
     if path.exists():
@@ -51,6 +51,48 @@ def resolve_model(name: str | Path, option: str = "--model") -> str:
     if "/" in name and Path(name.split("/")[0]).expanduser().exists():
         raise InputError(f"{option} {name}: no such model folder.")
     return name
+
+
+def contents(folder: str | Path, limit: int = 8) -> str:
+    """The first `limit` names in `folder`, for messages that say what a folder holds."""
+    names = sorted(child.name for child in Path(folder).iterdir())
+    return ", ".join(names[:limit]) + (f" and {len(names) - limit} more" if len(names) > limit else "") or "nothing"
+
+
+# Heads that do not translate, by how their class names end (`config.architectures`), and what they are.
+NOT_TRANSLATION = {
+    "ForCausalLM": "a decoder-only language model",
+    "LMHeadModel": "a decoder-only language model",
+    "ForSequenceClassification": "a sequence classifier",
+    "ForTokenClassification": "a token classifier",
+    "ForMaskedLM": "a masked language model",
+    "ForQuestionAnswering": "a question-answering model",
+}
+
+
+def check_translation_folder(name: str, option: str = "--model", ctranslate2: bool = False) -> None:
+    """Refuse by name a local folder (from `resolve_model`) that holds no translation model: a head that does not
+    translate (its weights would leave the translation head freshly initialised), or a CTranslate2 export where
+    `ctranslate2` is False. Hub ids pass: their files are checked when they load."""
+    path = Path(name).expanduser()
+    if not (path / "config.json").is_file():
+        return
+    config = json.loads((path / "config.json").read_text(encoding="utf-8"))
+    if "model_type" not in config and (path / "model.bin").is_file():
+        if not ctranslate2:
+            raise InputError(
+                f"{option} {name} is a CTranslate2 model folder (model.bin): `translate --backend ctranslate2` reads "
+                "it; here, give the transformers folder it was exported from."
+            )
+        return
+    for architecture in config.get("architectures") or []:
+        kind = next((kind for end, kind in NOT_TRANSLATION.items() if architecture.endswith(end)), None)
+        if kind is not None or config.get("is_encoder_decoder") is False:
+            raise InputError(
+                f"{option} {name} holds {kind or 'a decoder-only model'} ({architecture}), not a translation model: "
+                "give a folder trained for translation (`hf-vanilla-transformer train translation`, or any "
+                "AutoModelForSeq2SeqLM)."
+            )
 
 
 def check_output_dir(path: str | Path, overwrite: bool = False, option: str = "--output_dir") -> Path:
@@ -98,6 +140,8 @@ __all__ = [
     "MODEL_FILE_PATTERNS",
     "apply_umask",
     "check_output_dir",
+    "check_translation_folder",
+    "contents",
     "check_output_file",
     "model_files",
     "new_output_dir",

@@ -25,7 +25,8 @@ from transformers import (
 )
 from transformers.utils import logging
 
-from ..data.folders import resolve_model
+from ..data.folders import check_translation_folder, contents, resolve_model
+from ..data.trained_on import trained_on
 from ..errors import InputError
 from ..model.configuration_vanilla_transformer import MAX_LEN_A, MAX_LEN_B, VanillaTransformerConfig
 from ..model.pipeline_translation import check_tokenizer_fits_model, max_source_length
@@ -129,6 +130,7 @@ class TorchBackend:
         self.eos_ids = set(eos if isinstance(eos, list) else [eos])
         self.input_limit = max_source_length(tokenizer, model.config)
         self.max_position_embeddings = getattr(model.config, "max_position_embeddings", None)
+        self.trained_on = trained_on(generation_config)
         self.default_length_rule = default_length_rule(generation_config)
         self.length_penalty = _length_penalty(generation_config)
         self.generation_config = copy.deepcopy(generation_config)
@@ -197,9 +199,10 @@ def load_torch_backend(
     if int8 and (device.type != "cpu" or dtype != "float32"):
         raise InputError("--int8 is PyTorch's dynamic quantization for CPUs: use it with --device cpu and float32.")
     if isinstance(model, str):
-        name = resolve_model(model)
-        tokenizer = tokenizer or AutoTokenizer.from_pretrained(name, trust_remote_code=trust_remote_code)
-        model = AutoModelForSeq2SeqLM.from_pretrained(name, dtype=DTYPES[dtype], trust_remote_code=trust_remote_code)
+        name, model = model, load_seq2seq_model(model, dtype=DTYPES[dtype], trust_remote_code=trust_remote_code)
+        tokenizer = tokenizer or AutoTokenizer.from_pretrained(
+            resolve_model(name), trust_remote_code=trust_remote_code
+        )
     elif tokenizer is None:
         raise ValueError("A model object needs its `tokenizer`.")
     check_tokenizer_fits_model(tokenizer, model.config)
@@ -212,6 +215,29 @@ def load_torch_backend(
             warnings.filterwarnings("ignore", message=".*quantized tensor creation functions", category=UserWarning)
             model = torch.ao.quantization.quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8)
     return TorchBackend(model, tokenizer, generation_settings(model.generation_config, overrides, nbest), nbest)
+
+
+def load_seq2seq_model(name: str, option: str = "--model", **kwargs):
+    """`AutoModelForSeq2SeqLM.from_pretrained(name, **kwargs)` for a translation model, refusing by name what is not
+    one (`check_translation_folder`) and a folder whose weights do not cover the model, which transformers would fill
+    with fresh random weights that translate into nonsense."""
+    name = resolve_model(name, option)
+    check_translation_folder(name, option)
+    try:
+        model, loading = AutoModelForSeq2SeqLM.from_pretrained(name, output_loading_info=True, **kwargs)
+    except OSError as error:  # no weights file
+        if not Path(name).is_dir():
+            raise
+        raise InputError(
+            f"{option} {name}: no weights to load ({error}); the folder holds {contents(name)}."
+        ) from None
+    if loading["missing_keys"]:
+        missing = sorted(loading["missing_keys"])
+        raise InputError(
+            f"{option} {name}: its weights lack {len(missing)} of {type(model).__name__}'s tensors ({missing[0]}, ...),"
+            f" which would translate with fresh random values; the folder holds {contents(name)}."
+        )
+    return model
 
 
 def generation_settings(base: GenerationConfig, overrides: dict, nbest: int) -> GenerationConfig:
@@ -243,11 +269,17 @@ class CTranslate2Backend:
 
         self.translator, self.tokenizer, self.nbest = translator, tokenizer, nbest
         self.input_limit = self.max_position_embeddings = limit
+        self.trained_on = trained_on(generation_config)
         self.default_length_rule = default_length_rule(generation_config)
         self.length_penalty = _length_penalty(generation_config)
-        # Long lines are split before they get here (max_input_length=0: no truncation); EOS shows who ended.
+        # Long sentences are split before they get here (max_input_length=0: no truncation); EOS shows who ended;
+        # max_decoding_length is each sentence's own, set in generate().
         self.options = translate_options(
-            generation_config, num_hypotheses=nbest, max_input_length=0, return_end_token=True
+            generation_config,
+            num_hypotheses=nbest,
+            max_input_length=0,
+            return_end_token=True,
+            max_decoding_length=None,
         )
 
     def generate(self, sources: list[list[int]], limits: list[int], scores: bool = True, seed: int = 0):
@@ -289,6 +321,7 @@ def load_ctranslate2_backend(
     except ImportError:
         raise InputError("--backend ctranslate2 needs CTranslate2: pip install ctranslate2") from None
     folder = Path(resolve_model(model_name))
+    check_translation_folder(str(folder), ctranslate2=True)
     if not folder.is_dir():
         raise InputError(f"--backend ctranslate2 needs a local model folder, got the Hub id {model_name!r}.")
     source = folder
