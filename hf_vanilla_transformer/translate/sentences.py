@@ -13,9 +13,10 @@ and brackets right after it, where whitespace follows (after `。！？` no whit
    c. a single letter: initials and spaced abbreviations ("J. R. R. Tolkien", "z. B.", "d. h.", "S. 5"), so that
       "Vitamin C. Das" stays one sentence;
    d. letters with periods inside ("z.B.", "U.S.", "e.g.", "Dipl.-Ing.");
-   e. a number of 1 to 3 digits followed by a letter, in a language that writes ordinals with a period
-      (`ORDINAL_LANGUAGES`, German among them): "am 3. Oktober", "im 19. Jahrhundert", and so also "Er ist 30. Sie
-      ist 25."; in English "It is 30. She is 25." is two sentences.
+   e. a number of 1 to 3 digits, in a language that writes ordinals with a period (`ORDINAL_LANGUAGES`, German among
+      them), followed by a word that is not one of the pronouns, articles and adverbs that begin sentences
+      (`SENTENCE_STARTERS`): "am 3. Oktober", "im 19. Jahrhundert", but "Tom ist 30. Er ..." (and, a misread, "Tom
+      ist 30. Maria ...": one sentence); in English "It is 30. She is 25." is two sentences.
 Decimal numbers ("3.50", "1.000"), times and addresses have no whitespace after their periods and are never split.
 A misread stays inside one line: each input line is split on its own, and its translation is one output line.
 
@@ -49,6 +50,13 @@ ABBREVIATIONS = (
     "Mr Mrs Ms Messrs Mme Mlle Dr Prof Sr Jr St Mt Rev Col Capt Lt Sgt Gov Sen Rep Hon Ave Dept Univ Co approx cf vs"
 ).split()
 # Months among them: "Jan." is also a name that ends sentences ("Ich heiße Jan. Und du?").
+SENTENCE_STARTERS = (
+    "Der Die Das Den Dem Des Ein Eine Einen Einem Einer Ich Du Er Sie Es Wir Ihr Man Mein Meine Dein Deine Sein "
+    "Seine Ihre Unser Unsere Dies Diese Dieser Dieses Jeder Jede Alle Alles Kein Keine Nichts Niemand Und Aber Oder "
+    "Doch Denn Also Dann Danach Deshalb Trotzdem Jetzt Heute Hier Dort Da So Auch Noch Nur Schon Nicht Ja Nein Bitte "
+    "Danke Wie Was Wo Wer Warum Wann Wohin Woher Welche Welcher Im Am In An Auf Aus Mit Bei Nach Von Zu Zum Zur Für "
+    "Über Unter Vor Seit Bis Ob Wenn Als Weil Dass Mehr"
+).split()
 NUMBER_ABBREVIATIONS = (
     "Nr Nrn No Nos Art Abs Bd Kap Ziff Abb Tab Fig fig p pp vol Vol ch "
     "Jan Feb Mar Apr Jun Jul Aug Sep Sept Oct Okt Nov Dec Dez"
@@ -66,6 +74,7 @@ RULES = dict(
     ordinal_languages=ORDINAL_LANGUAGES,
     abbreviations=ABBREVIATIONS,
     number_abbreviations=NUMBER_ABBREVIATIONS,
+    sentence_starters=SENTENCE_STARTERS,
 )
 
 
@@ -75,9 +84,11 @@ def _class(characters: str) -> str:
 
 _WS, _NOT_WS = _class(WHITESPACE), "[^" + _class(WHITESPACE)[1:]
 _ENDS = re.compile(f"({_class(TERMINALS + CJK_TERMINALS)}+)({_class(CLOSERS)}*)({_WS}*)")
-_CLAUSES = re.compile(f"{_class(CLAUSE_MARKS)}{_class(CLOSERS)}*{_WS}+|{_WS}+(?={_class(DASHES)}(?:{_WS}|$))")
+_CLAUSES = re.compile(f"{_class(CLAUSE_MARKS)}{_class(CLOSERS)}*{_WS}+|{_WS}+(?={_class(DASHES)}(?:{_WS}|\\Z))")
 _WORDS = re.compile(f"{_WS}*{_NOT_WS}+{_WS}*")
 _ABBREVIATIONS, _NUMBER_ABBREVIATIONS = frozenset(ABBREVIATIONS), frozenset(NUMBER_ABBREVIATIONS)
+_STARTERS = frozenset(SENTENCE_STARTERS)
+_NEXT_WORD = re.compile(f"{_NOT_WS}*?(?={_WS}|{_class(TERMINALS + CLAUSE_MARKS)}|\\Z)")
 
 
 def _is_lower(character: str) -> bool:
@@ -116,8 +127,9 @@ def _ends_sentence(text: str, end: re.Match, language: str | None) -> bool:
         return False  # rules 2a, 2b
     if (len(word) == 1 and _is_letter(word)) or ("." in word and not any(c in "0123456789" for c in word)):
         return False  # rules 2c, 2d
-    ordinal = re.fullmatch("[0-9]{1,3}", word) and _is_letter(after) and language in ORDINAL_LANGUAGES
-    return not ordinal  # rule 2e
+    if language not in ORDINAL_LANGUAGES or not re.fullmatch("[0-9]{1,3}", word) or not _is_letter(after):
+        return True
+    return _NEXT_WORD.match(text, end.end()).group() in _STARTERS  # rule 2e
 
 
 def sentence_spans(text: str, language: str | None = None) -> list[tuple[int, int]]:
