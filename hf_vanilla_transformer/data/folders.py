@@ -95,6 +95,33 @@ def check_translation_folder(name: str, option: str = "--model", ctranslate2: bo
             )
 
 
+def load_translation_model(name: str, option: str = "--model", model_class=None, **kwargs):
+    """`model_class.from_pretrained(name, **kwargs)` (default: `AutoModelForSeq2SeqLM`) for a translation model,
+    refusing by name what is not one (`check_translation_folder`) and a folder whose weights do not cover the model,
+    which transformers would fill with fresh random weights that translate into nonsense."""
+    from transformers import AutoModelForSeq2SeqLM
+
+    name = resolve_model(name, option)
+    check_translation_folder(name, option)
+    try:
+        model, loading = (model_class or AutoModelForSeq2SeqLM).from_pretrained(
+            name, output_loading_info=True, **kwargs
+        )
+    except OSError as error:  # no weights file
+        if not Path(name).is_dir():
+            raise
+        raise InputError(
+            f"{option} {name}: no weights to load ({error}); the folder holds {contents(name)}."
+        ) from None
+    if loading["missing_keys"]:
+        missing = sorted(loading["missing_keys"])
+        raise InputError(
+            f"{option} {name}: its weights lack {len(missing)} of {type(model).__name__}'s tensors ({missing[0]}, ...),"
+            f" which would translate with fresh random values; the folder holds {contents(name)}."
+        )
+    return model
+
+
 def check_output_dir(path: str | Path, overwrite: bool = False, option: str = "--output_dir") -> Path:
     """`path` as a folder to write: one that exists and is not empty is refused unless `overwrite`."""
     path = Path(path)
@@ -142,6 +169,7 @@ __all__ = [
     "check_output_dir",
     "check_translation_folder",
     "contents",
+    "load_translation_model",
     "check_output_file",
     "model_files",
     "new_output_dir",

@@ -26,12 +26,20 @@ class TrainedOn:
     max_source_length: int | None = None  # tokens, end token included
     max_target_length: int | None = None
 
+    def source_limit(self, accepted: int | None) -> int | None:
+        """The longest piece to feed the model, in tokens: the length it was trained on where recorded, within what
+        the model and its tokenizer accept (`accepted`, from `max_source_length`); else what they accept."""
+        limits = [n for n in (self.max_source_length, accepted) if n]
+        return min(limits) if limits else None
+
 
 def record_trained_on(generation_config, arguments) -> None:
     """Record in `generation_config` (saved with the model) the `TrainedOn` fields read from the attributes of the
     same names of `arguments` (the translation recipe's data arguments)."""
     fields = {name: getattr(arguments, name, None) for name in TrainedOn.__dataclass_fields__}
     setattr(generation_config, FIELD, asdict(TrainedOn(**fields)))
+    # A config still marked as derived from the model's config would drop the record when the folder is loaded.
+    generation_config._from_model_config = False
 
 
 def trained_on(generation_config) -> TrainedOn:

@@ -19,7 +19,7 @@ import torch
 from ctranslate2.specs import common_spec, model_spec, transformer_spec
 from transformers import AutoTokenizer, GenerationConfig
 
-from ..data.folders import apply_umask, check_output_dir, check_translation_folder, new_output_dir, resolve_model
+from ..data.folders import apply_umask, check_output_dir, load_translation_model, new_output_dir, resolve_model
 from ..errors import InputError
 from ..model.configuration_vanilla_transformer import max_new_tokens_for
 from ..model.modeling_vanilla_transformer import (
@@ -170,10 +170,11 @@ def export_ctranslate2(
     """
     if quantization is not None and quantization not in QUANTIZATIONS:
         raise InputError(f"--quantization must be one of {list(QUANTIZATIONS)}, got {quantization!r}.")
-    model_dir = resolve_model(model_dir)
-    check_translation_folder(model_dir)
     check_output_dir(output_dir, overwrite)
-    model = VanillaTransformerForConditionalGeneration.from_pretrained(model_dir, dtype=torch.float32)
+    model = load_translation_model(
+        model_dir, model_class=VanillaTransformerForConditionalGeneration, dtype=torch.float32
+    )
+    model_dir = resolve_model(model_dir)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     check_tokenizer_fits_model(tokenizer, model.config)
     tokens = vocabulary(tokenizer, model.config.vocab_size)

@@ -17,7 +17,6 @@ from pathlib import Path
 import torch
 from transformers import (
     AutoConfig,
-    AutoModelForSeq2SeqLM,
     AutoTokenizer,
     GenerationConfig,
     LogitsProcessor,
@@ -25,7 +24,7 @@ from transformers import (
 )
 from transformers.utils import logging
 
-from ..data.folders import check_translation_folder, contents, resolve_model
+from ..data.folders import check_translation_folder, load_translation_model, resolve_model
 from ..data.trained_on import trained_on
 from ..errors import InputError
 from ..model.configuration_vanilla_transformer import MAX_LEN_A, MAX_LEN_B, VanillaTransformerConfig
@@ -199,7 +198,7 @@ def load_torch_backend(
     if int8 and (device.type != "cpu" or dtype != "float32"):
         raise InputError("--int8 is PyTorch's dynamic quantization for CPUs: use it with --device cpu and float32.")
     if isinstance(model, str):
-        name, model = model, load_seq2seq_model(model, dtype=DTYPES[dtype], trust_remote_code=trust_remote_code)
+        name, model = model, load_translation_model(model, dtype=DTYPES[dtype], trust_remote_code=trust_remote_code)
         tokenizer = tokenizer or AutoTokenizer.from_pretrained(
             resolve_model(name), trust_remote_code=trust_remote_code
         )
@@ -215,29 +214,6 @@ def load_torch_backend(
             warnings.filterwarnings("ignore", message=".*quantized tensor creation functions", category=UserWarning)
             model = torch.ao.quantization.quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8)
     return TorchBackend(model, tokenizer, generation_settings(model.generation_config, overrides, nbest), nbest)
-
-
-def load_seq2seq_model(name: str, option: str = "--model", **kwargs):
-    """`AutoModelForSeq2SeqLM.from_pretrained(name, **kwargs)` for a translation model, refusing by name what is not
-    one (`check_translation_folder`) and a folder whose weights do not cover the model, which transformers would fill
-    with fresh random weights that translate into nonsense."""
-    name = resolve_model(name, option)
-    check_translation_folder(name, option)
-    try:
-        model, loading = AutoModelForSeq2SeqLM.from_pretrained(name, output_loading_info=True, **kwargs)
-    except OSError as error:  # no weights file
-        if not Path(name).is_dir():
-            raise
-        raise InputError(
-            f"{option} {name}: no weights to load ({error}); the folder holds {contents(name)}."
-        ) from None
-    if loading["missing_keys"]:
-        missing = sorted(loading["missing_keys"])
-        raise InputError(
-            f"{option} {name}: its weights lack {len(missing)} of {type(model).__name__}'s tensors ({missing[0]}, ...),"
-            f" which would translate with fresh random values; the folder holds {contents(name)}."
-        )
-    return model
 
 
 def generation_settings(base: GenerationConfig, overrides: dict, nbest: int) -> GenerationConfig:

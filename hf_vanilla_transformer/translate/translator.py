@@ -79,8 +79,7 @@ class Translator:
         self.split_sentences = split_sentences
         self.source_lang = source_lang or backend.trained_on.source_lang
         self.trained_length = backend.trained_on.max_source_length
-        limits = [n for n in (self.trained_length, backend.input_limit) if n]
-        self.max_source_tokens = min(limits) if limits else None
+        self.max_source_tokens = backend.trained_on.source_limit(backend.input_limit)
 
     def limit(self, source_length: int) -> int:
         limit = max_new_tokens_for(source_length, self.backend.max_position_embeddings, self.max_len_a, self.max_len_b)
@@ -91,9 +90,8 @@ class Translator:
             )
         return limit
 
-    def encode(self, lines: list[str]) -> list[tuple[list[str], list[list[int]], int]]:
-        """Per line: the whitespace before each of its pieces, their token ids (none for a blank line), and how many
-        of its sentences were longer than `max_source_tokens` and split (see `sentences.segments`)."""
+    def encode(self, lines: list[str]) -> list["LinePieces"]:
+        """Each line's pieces to translate (none for a blank line; see `sentences.segments`)."""
         limit, known = self.max_source_tokens, {}
         sentences = {
             s
@@ -114,10 +112,13 @@ class Translator:
         encoded = []
         for line in lines:
             pieces, too_long = segments(line, fits, self.source_lang, self.split_sentences)
-            encoded.append(([separator for separator, _ in pieces], [ids(piece) for _, piece in pieces], too_long))
+            texts = [piece for _, piece in pieces]
+            encoded.append(LinePieces([separator for separator, _ in pieces], texts, list(map(ids, texts)), too_long))
         return encoded
 
-    def decode(self, lines: list[str], encoded, parts: list[list[list[Hypothesis]]]) -> list[LineTranslation]:
+    def decode(
+        self, lines: list[str], encoded: list["LinePieces"], parts: list[list[list[Hypothesis]]]
+    ) -> list[LineTranslation]:
         """Each line with the texts of its n best; the k-th hypothesis of a line of several pieces joins its pieces'
         k-th hypotheses with the whitespace between the pieces (`sentences.join`)."""
         flat = [h for line_parts in parts for hypotheses in line_parts for h in hypotheses]
@@ -127,7 +128,7 @@ class Translator:
             )
         )  # the pipeline's decoding, for the same text
         translations = []
-        for line, (separators, _, _), line_parts in zip(lines, encoded, parts):
+        for line, pieces, line_parts in zip(lines, encoded, parts):
             decoded = [[next(texts) for _ in hypotheses] for hypotheses in line_parts]
             results = []
             for k, joined in enumerate(zip(*line_parts)):
@@ -135,7 +136,7 @@ class Translator:
                 token_scores = [s for h in joined for s in h.token_scores]
                 results.append(
                     TextHypothesis(
-                        join(separators, [part[k] for part in decoded]),
+                        join(pieces.separators, [part[k] for part in decoded]),
                         self.tokenizer.convert_ids_to_tokens(ids),
                         token_scores,
                         sequence_score(token_scores, self.backend.length_penalty) if token_scores else None,
@@ -144,6 +145,16 @@ class Translator:
                 )
             translations.append(LineTranslation(line, results, len(line_parts)))
         return translations
+
+
+@dataclass
+class LinePieces:
+    """What of a line goes to the model: its pieces (sentences, or parts of a sentence too long for the model)."""
+
+    separators: list[str]  # the whitespace before each piece in the line ("" for the first)
+    texts: list[str]
+    ids: list[list[int]]
+    split_sentences: int  # sentences longer than the translator's max_source_tokens, cut into several pieces
 
 
 def load_translator(
@@ -262,7 +273,7 @@ def translate_windows(
     progress = progress or Progress()
     for index, window in enumerate(windows(lines, buffer_size)):
         encoded = translator.encode(window)
-        pieces = [(i, ids) for i, (_, line_pieces, _) in enumerate(encoded) for ids in line_pieces]
+        pieces = [(i, ids) for i, line in enumerate(encoded) for ids in line.ids]
         batches = make_batches([len(ids) for _, ids in pieces], max_tokens, batch_size)
         results, window_start = {}, progress.stats.lines
         for number, batch in enumerate(batches):
@@ -276,7 +287,7 @@ def translate_windows(
                 seed=seed + 1_000_003 * (first_line + index * buffer_size) + number,
             )
             results.update(zip(batch, hypotheses))
-            progress.advance(sum(1 / len(encoded[pieces[j][0]][1]) for j in batch), _generated(hypotheses))
+            progress.advance(sum(1 / len(encoded[pieces[j][0]].ids) for j in batch), _generated(hypotheses))
         if world > 1:
             gathered = [None] * world if rank == 0 else None
             torch.distributed.gather_object(results, gathered, dst=0)
@@ -292,7 +303,7 @@ def translate_windows(
         translations = translator.decode(window, encoded, by_line)
         progress.stats.lines = window_start + len(window)
         progress.advance(progress.stats.lines - progress.lines, 0)  # blank lines, other processes' batches
-        progress.stats.split_sentences += sum(too_long for _, _, too_long in encoded)
+        progress.stats.split_sentences += sum(line.split_sentences for line in encoded)
         progress.stats.reached_length_limit += sum(h.reached_length_limit for t in translations for h in t.hypotheses)
         yield translations
 
