@@ -29,6 +29,7 @@ from ..data.trained_on import trained_on
 from ..errors import InputError
 from ..model.configuration_vanilla_transformer import MAX_LEN_A, MAX_LEN_B, VanillaTransformerConfig
 from ..model.pipeline_translation import check_tokenizer_fits_model, max_source_length
+from .decoding import decode, supported
 
 
 logger = logging.get_logger(__name__)
@@ -134,6 +135,8 @@ class TorchBackend:
         self.length_penalty = _length_penalty(generation_config)
         self.generation_config = copy.deepcopy(generation_config)
         self.generation_config.max_length = self.generation_config.max_new_tokens = None  # set per batch
+        # Deterministic decoding drops finished sentences from the batch (decoding.py); the rest is generate()'s.
+        self.own_search = supported(model, self.generation_config)
 
     @torch.inference_mode()
     def generate(
@@ -145,6 +148,15 @@ class TorchBackend:
         input_ids = torch.tensor([s + [pad] * (length - len(s)) for s in sources], device=self.device)
         attention_mask = torch.tensor([[1] * len(s) + [0] * (length - len(s)) for s in sources], device=self.device)
         config = self.generation_config
+        if self.own_search:
+            decoded = decode(self.model, input_ids, attention_mask, limits, config, self.nbest)
+            return [
+                [
+                    Hypothesis(ids, token_scores if scores else [], not ids or ids[-1] not in self.eos_ids)
+                    for ids, token_scores in hypotheses
+                ]
+                for hypotheses in decoded
+            ]
         num_beams = config.num_beams or 1
         if config.do_sample:
             torch.manual_seed(seed)
