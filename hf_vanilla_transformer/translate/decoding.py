@@ -1,7 +1,7 @@
 """Greedy and beam search that drop each sentence from the batch once its result is final.
 
 `generate()` keeps computing every row of a batch until the last sentence ends: in a length-sorted batch of the
-translate command, the sentences whose translations are short wait, at full cost, for the longest one (about half of
+translate command, the sentences whose translations are short wait, at full cost, for the longest one (some 40% of
 the decoder's work on the bundled test split). Here a sentence leaves the batch, with its rows of the key/value
 cache, the encoder states and the source mask, at the step after which `generate()` could no longer change it. The
 search itself is transformers' (5.x `_beam_search`: the 2 x num_beams best continuations, the finished hypotheses
@@ -16,6 +16,8 @@ config needs nothing else; otherwise the backend calls `generate()`.
 import torch
 from transformers import GenerationConfig
 from transformers.modeling_outputs import BaseModelOutput
+
+from ..data.trained_on import FIELD
 
 
 # Generation settings that change nothing here, or that this module applies itself.
@@ -39,7 +41,7 @@ HANDLED = {
     "output_attentions",
     "output_hidden_states",
     "transformers_version",
-    "trained_on",
+    FIELD,
     # Sampling settings, unused without do_sample.
     "temperature",
     "top_k",
@@ -56,6 +58,7 @@ def supported(model, generation_config: GenerationConfig) -> bool:
     bans = generation_config.bad_words_ids or []
     return (
         model.config.is_encoder_decoder
+        and generation_config.decoder_start_token_id is not None
         and not generation_config.do_sample
         and not differing
         and all(len(ids) == 1 for ids in bans)
