@@ -353,6 +353,19 @@ def static_server(directory):
         thread.join()
 
 
+def run_translate_mjs(request: dict) -> dict:
+    """`interop/translate.mjs` under Node with the JSON `request` (see its header), beside the pinned transformers.js
+    (skips the test without it); returns its JSON answer."""
+    from hf_vanilla_transformer.interop.onnx_runtime import TRANSLATE_SCRIPT
+
+    folder = require_transformers_js()
+    script = folder / TRANSLATE_SCRIPT.name  # ES modules resolve packages from the script's own folder
+    shutil.copyfile(TRANSLATE_SCRIPT, script)
+    result = subprocess.run(["node", str(script)], input=json.dumps(request), capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads(result.stdout)
+
+
 # --------------------------------------------------------------------------------------------------------- GPUs
 
 # The host synchronisations of one training step (forward and backward of a padded batch): one per padded mask, source

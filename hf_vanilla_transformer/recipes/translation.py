@@ -24,6 +24,7 @@ from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, Seq2SeqTrainingAr
 from ..data.corpus import BUNDLED_ATTRIBUTION, BUNDLED_NAME, load_parallel_corpus, tokenize_corpus
 from ..data.folders import check_output_dir, resolve_model
 from ..data.tokenizer import train_shared_bpe_tokenizer
+from ..data.trained_on import record_trained_on
 from ..errors import InputError
 from ..model.configuration_vanilla_transformer import PAPER_PRESETS, VanillaTransformerConfig, paper_generation_config
 from ..model.pipeline_translation import TranslationPipeline
@@ -252,6 +253,7 @@ def main(argv: list[str] | None = None, prog: str = "hf-vanilla-transformer trai
     else:  # MarianMT has no such setting: transformers' LabelSmoother applies the same epsilon outside the model
         training_args.label_smoothing_factor = model_args.label_smoothing
     model.generation_config = paper_generation_config(model.config)
+    record_trained_on(model.generation_config, data_args)  # languages and length limits, for translate and the demos
     if recipe_args.noam_learning_rate:
         training_args.learning_rate = noam_learning_rate(model.config.d_model, int(training_args.warmup_steps))
     n_params = sum(p.numel() for p in model.parameters())
