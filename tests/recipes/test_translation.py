@@ -299,3 +299,50 @@ def test_a_run_with_token_batches_resumed_mid_epoch_sees_the_batches_of_the_unin
     assert logged(tmp_path / "full", "epoch")[5] % 1 and logged(tmp_path / "full", "epoch")[14] > 1
     for step in range(6, 15):
         assert resumed[step] == pytest.approx(full[step], rel=1e-6), step
+
+
+def test_the_demos_settings_switch_off_with_a_users_corpus(tmp_path, capsys):
+    from hf_vanilla_transformer.recipes.translation import DEMO_STEPS, EXAMPLES, parse_args
+
+    _, _, recipe, training = parse_args([])
+    assert training.max_steps == DEMO_STEPS and recipe.translate == EXAMPLES
+    assert training.output_dir == "outputs/demo-de-en"
+    own = ["--train_file", "data/train.de", "data/train.en", "--num_train_epochs", "1"]
+    _, data, recipe, training = parse_args([*own, "--output_dir", str(tmp_path / "mine")])
+    assert training.max_steps == -1 and training.num_train_epochs == 1 and recipe.translate is None
+    assert data.train_file == ["data/train.de", "data/train.en"]
+    with pytest.raises(InputError, match=r"--output_dir: name the folder .* \(outputs/demo-de-en is the demo's\)"):
+        parse_args(own)
+    with pytest.raises(InputError, match="--validation_file and --test_file come with --train_file"):
+        parse_args(["--test_file", "data/test", "--output_dir", str(tmp_path / "x")])
+    with pytest.raises(SystemExit) as exit:
+        parse_args(["--max_tokens", "4096", "--tokens_per_updates", "25000"])
+    assert exit.value.code == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "hf-vanilla-transformer train translation: error: unrecognized arguments: --tokens_per_updates 25000 (see --help)"
+    ]
+
+
+@pytest.mark.slow
+def test_a_users_corpus_trains_its_epochs_and_its_long_pairs_are_counted(tmp_path):
+    long = [(" ".join([de] * 6), " ".join([en] * 6)) for de, en in PAIRS[:3]]  # 3 pairs over 16 source tokens
+    folder = tmp_path / "data"
+    folder.mkdir()
+    for lang, side in (("de", 0), ("en", 1)):
+        (folder / f"train.{lang}").write_text("".join(p[side] + "\n" for p in PAIRS * 2 + long), encoding="utf-8")
+    common = ["--train_file", folder / "train", *TINY_MODEL, "--per_device_train_batch_size", 4]
+    common += ["--num_train_epochs", 2, "--max_source_length", 16, "--max_target_length", 16]
+    run_training("--output_dir", tmp_path / "skip", *common)
+    report = json.loads((tmp_path / "skip" / "metrics.json").read_text())["training"]
+    assert report["long_pairs"]["train"] == {
+        "policy": "skip",
+        "source_too_long": 3,
+        "target_too_long": report["long_pairs"]["train"]["target_too_long"],
+        "skipped": 3,
+    }
+    assert report["train_samples"] == 16 and report["steps"] == 2 * 4  # 16 pairs in batches of 4, two epochs
+    run_training("--output_dir", tmp_path / "cut", *common, "--long_pairs", "truncate")
+    report = json.loads((tmp_path / "cut" / "metrics.json").read_text())["training"]
+    assert report["long_pairs"]["train"]["truncated"] == 3 and report["train_samples"] == 19
+    with pytest.raises(InputError, match=r"train pair 17 \('Guten Morgen! Guten Morgen!.*\) has \d+ source and"):
+        run_training("--output_dir", tmp_path / "error", *common, "--long_pairs", "error")
