@@ -13,12 +13,13 @@ the process start. Peak memory is sampled every 0.1 s: the proportional set size
 split between them, so that forked workers are not counted twice) summed over the process and its workers, and the
 main process's resident set (RSS).
 
-With `--baseline`, the same steps also run as the package did before (datasets' TSV reader and a per-row map to the
+With `--baseline SIZE ...`, the same steps also run at those sizes as the package did before (datasets' TSV reader and a per-row map to the
 translation format, the BPE trained on a list of every sentence, the tokenizer called per batch through transformers,
 every column kept), on the same pairs written as one TSV: the ratios in the same run are the comparable figures.
 """
 
 import argparse
+import functools
 import json
 import os
 import shutil
@@ -40,11 +41,17 @@ MAX_TOKENS = 4096
 STAGES = ("imports", "read", "bpe", "tokenize", "first_step")
 
 
+@functools.cache
+def bundled_pairs() -> dict[str, np.ndarray]:
+    """The bundled training pairs, one array of texts per language."""
+    rows = [json.loads(line)["translation"] for line in (BUNDLED_CORPUS / "train.jsonl").open(encoding="utf-8")]
+    return {lang: np.array([row[lang] for row in rows], dtype=object) for lang in ("de", "en")}
+
+
 def generate_corpus(pairs: int, prefix: Path, seed: int = SEED, tsv: bool = False) -> list[Path]:
     """`pairs` pairs, each 1 to 3 bundled training pairs joined by a space on both sides, written to
     `PREFIX.de` and `PREFIX.en` (or, with `tsv`, to `PREFIX.tsv` with a header line). The same for a given seed."""
-    rows = [json.loads(line)["translation"] for line in (BUNDLED_CORPUS / "train.jsonl").open(encoding="utf-8")]
-    sides = {lang: np.array([row[lang] for row in rows], dtype=object) for lang in ("de", "en")}
+    sides = bundled_pairs()
     rng = np.random.default_rng(seed)
     paths = [Path(f"{prefix}.tsv")] if tsv else [Path(f"{prefix}.de"), Path(f"{prefix}.en")]
     files = [path.open("w", encoding="utf-8") for path in paths]
@@ -54,7 +61,7 @@ def generate_corpus(pairs: int, prefix: Path, seed: int = SEED, tsv: bool = Fals
         for start in range(0, pairs, 100_000):
             count = min(100_000, pairs - start)
             joined = rng.integers(1, 4, count)
-            picks = rng.integers(0, len(rows), (count, 3))
+            picks = rng.integers(0, len(sides["de"]), (count, 3))
             texts = {lang: [" ".join(side[row[:n]]) for row, n in zip(picks, joined)] for lang, side in sides.items()}
             if tsv:
                 files[0].write("".join(f"{de}\t{en}\n" for de, en in zip(texts["de"], texts["en"])))
@@ -188,7 +195,7 @@ def _memory(process: psutil.Process, kind: str) -> int:
         return 0
 
 
-def scale(sizes: list[int], workdir: Path, baseline: bool) -> list[dict]:
+def scale(sizes: list[int], workdir: Path, baseline: list[int]) -> list[dict]:
     rows = []
     for pairs in sizes:
         folder = workdir / str(pairs)
@@ -203,7 +210,7 @@ def scale(sizes: list[int], workdir: Path, baseline: bool) -> list[dict]:
         for run in ("first", "second"):
             row[run] = measure(command, folder / "cache")
             print(f"{pairs:>9,} pairs, {run} run: {json.dumps(row[run])}", flush=True)
-        if baseline:
+        if pairs in baseline:
             tsv = folder / "baseline"
             if not Path(f"{tsv}.tsv").is_file():
                 generate_corpus(pairs, tsv, tsv=True)
@@ -254,7 +261,13 @@ def main(argv=None) -> dict | None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[30_000, 300_000, 1_000_000, 4_500_000])
     parser.add_argument("--workdir", type=Path, default=Path("data-scaling"), help="generated corpora and caches")
-    parser.add_argument("--baseline", action="store_true", help="also run the previous data path, for ratios")
+    parser.add_argument(
+        "--baseline",
+        type=int,
+        nargs="*",
+        default=[],
+        help="sizes at which the previous data path also runs, for ratios",
+    )
     parser.add_argument("--json", default="data_scaling.json")
     parser.add_argument("--run", nargs=2, metavar=("TRAIN_PREFIX", "OUTPUT_DIR"), help=argparse.SUPPRESS)
     parser.add_argument("--run_baseline", metavar="TSV", help=argparse.SUPPRESS)

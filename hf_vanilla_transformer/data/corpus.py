@@ -22,7 +22,7 @@ from transformers import PreTrainedTokenizerFast
 from transformers.utils import logging
 
 from ..errors import InputError
-from .formats import json_problem, read_files, resolve_files, row_location, text_lines
+from .formats import blank_mask, json_problem, read_files, resolve_files, row_location, text_lines
 
 
 logger = logging.get_logger(__name__)
@@ -65,7 +65,7 @@ def load_parallel_corpus(
     languages = (source_lang, target_lang)
     if dataset_name is not None:
         hub = load_dataset(dataset_name, dataset_config_name)
-        corpus = {split: (data, f"dataset {dataset_name!r} [{split}]", None) for split, data in hub.items()}
+        corpus = {split: (data, f"dataset {dataset_name!r} [{split}]", None, None) for split, data in hub.items()}
     else:
         files = {"train": train_file, "validation": validation_file, "test": test_file}
         files = {split: spec for split, spec in files.items() if spec}
@@ -75,14 +75,15 @@ def load_parallel_corpus(
     return DatasetDict(
         {
             split: as_translation(
-                data, source_lang, target_lang, origin, locate, split != "train" or not keep_empty_train_pairs
+                data, source_lang, target_lang, origin, locate, split != "train" or not keep_empty_train_pairs, blank
             )
-            for split, (data, origin, locate) in corpus.items()
+            for split, (data, origin, locate, blank) in corpus.items()
         }
     )
 
 
-def _load_local(spec, languages, columns, option) -> tuple[Dataset, str, Callable[[int, str], str]]:
+def _load_local(spec, languages, columns, option):
+    """(dataset, origin, locate(row, lang), first blank row by language or None when unknown) of a local split."""
     kind, paths = resolve_files(spec, languages, option)
     origin = " and ".join(map(str, paths))
 
@@ -90,7 +91,8 @@ def _load_local(spec, languages, columns, option) -> tuple[Dataset, str, Callabl
         return row_location(kind, paths, row, lang, languages, columns)
 
     if kind != "json":
-        return read_files(kind, paths, languages, columns), origin, locate
+        dataset, first_blank = read_files(kind, paths, languages, columns)
+        return dataset, origin, locate, first_blank
     path = paths[0]
     if not any(line.strip() for _, line in text_lines(path)):
         raise InputError(f"{path} is empty: every split needs at least one sentence pair.")
@@ -106,14 +108,21 @@ def _load_local(spec, languages, columns, option) -> tuple[Dataset, str, Callabl
         raise InputError(json_problem(path) or f"{path}: {cause}") from None
     finally:
         reader_log.setLevel(level)
-    return data, origin, locate
+    return data, origin, locate, None
 
 
 def as_translation(
-    dataset: Dataset, source_lang: str, target_lang: str, origin: str, locate=None, check_empty: bool = True
+    dataset: Dataset,
+    source_lang: str,
+    target_lang: str,
+    origin: str,
+    locate: Callable[[int, str], str] | None = None,
+    check_empty: bool = True,
+    first_blank: dict[str, int | None] | None = None,
 ) -> Dataset:
     """`dataset` with one `translation` column, after checking that every row has both texts. `origin` names the
-    files or the split, `locate(row, lang)` the file and line of a row (else rows are counted in the split)."""
+    files or the split, `locate(row, lang)` the file and line of a row (else rows are counted in the split);
+    `first_blank` (the first empty row by language, as found while reading) spares reading every text again."""
     if len(dataset) == 0:
         raise InputError(f"{origin} is empty: every split needs at least one sentence pair.")
     nested = "translation" in dataset.column_names
@@ -137,9 +146,12 @@ def as_translation(
         dataset = dataset.with_format(None)
     if check_empty:
         for lang in (source_lang, target_lang):
-            blank = blank_texts(dataset, lang)
-            if blank.any():
-                row = int(blank.argmax())
+            if first_blank is not None:
+                row = first_blank[lang]
+            else:
+                blank = blank_texts(dataset, lang)
+                row = int(blank.argmax()) if blank.any() else None
+            if row is not None:
                 where = locate(row, lang) if locate else f"{origin}, row {row + 1:,}"
                 raise InputError(f"{where}: the {lang!r} text is missing or empty.")
     return dataset
@@ -152,13 +164,10 @@ def _translation_column(batch: pa.Table, languages) -> pa.Table:
 
 def blank_texts(dataset: Dataset, lang: str) -> np.ndarray:
     """Whether each row's `lang` text is missing, empty or only white space, as one boolean array."""
-    found = []
-    for batch in dataset.with_format("arrow").iter(batch_size=1_000_000):
-        texts = pc.struct_field(batch.column("translation"), lang)
-        if not (pa.types.is_string(texts.type) or pa.types.is_large_string(texts.type)):
-            texts = pc.cast(texts, pa.string())
-        blank = pc.or_kleene(pc.or_kleene(pc.is_null(texts), pc.equal(texts, "")), pc.utf8_is_space(texts))
-        found.append(pc.fill_null(blank, True).to_numpy(zero_copy_only=False))
+    found = [
+        blank_mask(pc.struct_field(batch.column("translation"), lang))
+        for batch in dataset.with_format("arrow").iter(batch_size=1_000_000)
+    ]
     return np.concatenate(found) if found else np.zeros(0, dtype=bool)
 
 

@@ -21,7 +21,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import datasets
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 from datasets import Dataset
 
 from ..errors import InputError
@@ -93,13 +95,17 @@ def _aligned_pair(prefix: Path, languages: tuple[str, str], option: str) -> list
     return paths
 
 
-def read_files(kind: str, paths: list[Path], languages: tuple[str, str], columns: list[str] | None) -> Dataset:
+def read_files(
+    kind: str, paths: list[Path], languages: tuple[str, str], columns: list[str] | None
+) -> tuple[Dataset, dict[str, int | None]]:
     """The pairs of aligned, TSV or CSV files as a memory-mapped `Dataset` with a `translation` column, read once and
-    then taken from the cache."""
+    then taken from the cache, and the first row of each language whose text is empty (None: there is none), found
+    while reading, so that later runs need not read every text to know."""
     stats = [(str(path.resolve()), path.stat().st_size, path.stat().st_mtime_ns) for path in paths]
     key = hashlib.sha256(repr((_VERSION, kind, stats, languages, columns)).encode()).hexdigest()[:20]
     target = corpus_cache("corpora") / f"{key}.arrow"
-    if not target.is_file():
+    found = target.with_suffix(".json")
+    if not (target.is_file() and found.is_file()):
         batches = (
             _aligned_batches(paths, languages)
             if kind == "aligned"
@@ -107,14 +113,30 @@ def read_files(kind: str, paths: list[Path], languages: tuple[str, str], columns
         )
         schema = pa.schema([("translation", pa.struct([(lang, pa.string()) for lang in languages]))])
         partial = target.with_name(f"{target.name}.{os.getpid()}.partial")
+        first_blank, rows = dict.fromkeys(languages), 0
         try:
             with pa.OSFile(str(partial), "wb") as sink, pa.ipc.new_stream(sink, schema) as writer:
                 for batch in batches:
+                    for lang in (lang for lang in languages if first_blank[lang] is None):
+                        blank = blank_mask(batch.column(0).field(lang))
+                        first_blank[lang] = rows + int(blank.argmax()) if blank.any() else None
+                    rows += batch.num_rows
                     writer.write_batch(batch)
+            found.with_name(partial.name + ".json").write_text(json.dumps(first_blank))
+            os.replace(found.with_name(partial.name + ".json"), found)
             os.replace(partial, target)  # whole or absent, also when several processes read at once
         finally:
             partial.unlink(missing_ok=True)
-    return Dataset.from_file(str(target))
+            found.with_name(partial.name + ".json").unlink(missing_ok=True)
+    return Dataset.from_file(str(target)), json.loads(found.read_text())
+
+
+def blank_mask(texts: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    """Whether each text is missing, empty or only white space, as a boolean array."""
+    if not (pa.types.is_string(texts.type) or pa.types.is_large_string(texts.type)):
+        texts = pc.cast(texts, pa.string())  # a number in JSON arrives as a number
+    blank = pc.or_kleene(pc.or_kleene(pc.is_null(texts), pc.equal(texts, "")), pc.utf8_is_space(texts))
+    return pc.fill_null(blank, True).to_numpy(zero_copy_only=False)
 
 
 def _open(path: Path):
@@ -269,6 +291,7 @@ def json_problem(path: Path) -> str | None:
 
 __all__ = [
     "TABLE_FORMATS",
+    "blank_mask",
     "corpus_cache",
     "json_problem",
     "read_files",

@@ -99,6 +99,10 @@ class ModelArguments:
     vocab_size: int = field(
         default=8000, metadata={"help": "Size of the shared BPE vocabulary trained on the corpus."}
     )
+    tokenizer_train_pairs: int = field(
+        default=1_000_000,
+        metadata={"help": "Learn the BPE from at most this many training pairs, in blocks drawn at random (0: all)."},
+    )
     max_position_embeddings: int = field(default=256)
 
 
@@ -293,7 +297,13 @@ def build_tokenizer(model_args, data_args, corpus, resume_from):
     if resume_from:  # the ids of the checkpoint's embeddings belong to the tokenizer saved with it
         return AutoTokenizer.from_pretrained(resume_from)
     languages = (data_args.source_lang, data_args.target_lang)
-    return corpus_tokenizer(corpus["train"], languages, model_args.vocab_size, model_args.max_position_embeddings)
+    return corpus_tokenizer(
+        corpus["train"],
+        languages,
+        model_args.vocab_size,
+        model_args.max_position_embeddings,
+        max_pairs=model_args.tokenizer_train_pairs or None,
+    )
 
 
 def prepare_data(data_args, training_args, model_args, resume_from):

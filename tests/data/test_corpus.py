@@ -263,3 +263,22 @@ def test_the_collator_pads_labels_with_minus_100_and_makes_the_attention_mask(to
     assert torch.equal(batch["attention_mask"].bool(), batch["input_ids"] != tokenizer.pad_token_id)
     assert torch.equal(batch["decoder_input_ids"], model.prepare_decoder_input_ids_from_labels(batch["labels"]))
     assert (batch["decoder_input_ids"][:, 0] == model.config.decoder_start_token_id).all()
+
+
+def test_a_large_corpus_trains_the_bpe_on_random_blocks_of_max_pairs(monkeypatch):
+    train = load_parallel_corpus()["train"]  # 30,000 pairs: three blocks of 10,000
+    seen = []
+
+    def record(texts, *args, **kwargs):
+        seen.append([text for batch in texts for text in batch])
+        return train_shared_bpe_tokenizer(seen[-1][:200], 120, min_frequency=1)
+
+    monkeypatch.setattr(tokenizer_module, "train_shared_bpe_tokenizer", record)
+    corpus_tokenizer(train, ("de", "en"), vocab_size=120, max_pairs=10_000)
+    corpus_tokenizer(train, ("de", "en"), vocab_size=120, max_pairs=10_000)  # cached
+    (texts,) = seen
+    pairs = train["translation"]
+    block = next(start for start in (0, 10_000, 20_000) if pairs[start]["de"] in texts)
+    assert sorted(texts) == sorted(p[lang] for p in pairs[block : block + 10_000] for lang in ("de", "en"))
+    corpus_tokenizer(train, ("de", "en"), vocab_size=120)  # all pairs: another tokenizer
+    assert len(seen) == 2 and len(seen[1]) == 60_000

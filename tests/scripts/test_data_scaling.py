@@ -5,13 +5,7 @@ import json
 
 import pytest
 
-from hf_vanilla_transformer.data.corpus import BUNDLED_CORPUS
 from scripts import data_scaling
-
-
-def bundled_pairs():
-    rows = [json.loads(line)["translation"] for line in (BUNDLED_CORPUS / "train.jsonl").open(encoding="utf-8")]
-    return {(row["de"], row["en"]) for row in rows}
 
 
 def test_the_generated_corpus_is_deterministic_aligned_and_made_of_bundled_pairs(tmp_path):
@@ -23,13 +17,21 @@ def test_the_generated_corpus_is_deterministic_aligned_and_made_of_bundled_pairs
     assert texts != [path.read_text(encoding="utf-8") for path in other]
     de, en = (text.splitlines() for text in texts)
     assert len(de) == len(en) == 250
-    known = bundled_pairs()
-    longer = 0
-    for source, target in zip(de[:40], en[:40]):  # 1 to 3 bundled pairs, joined in the same order on both sides
-        matches = [pair for pair in known if source.startswith(pair[0]) and target.startswith(pair[1])]
-        assert matches, source
-        longer += len(source) > len(matches[0][0])
-    assert 0 < longer < 40
+    bundled = data_scaling.bundled_pairs()
+    known = dict(zip(bundled["de"], bundled["en"]))
+
+    def pieces(source: str, target: str) -> int:
+        """How many bundled pairs, joined by spaces on both sides and in the same order, make the pair (0: none)."""
+        if known.get(source) == target:
+            return 1
+        for cut in (i for i, c in enumerate(source) if c == " " and source[:i] in known):
+            first = known[source[:cut]]
+            if target.startswith(first + " ") and (rest := pieces(source[cut + 1 :], target[len(first) + 1 :])):
+                return 1 + rest
+        return 0
+
+    counts = [pieces(source, target) for source, target in zip(de, en)]
+    assert set(counts) == {1, 2, 3}
     (tsv,) = data_scaling.generate_corpus(250, tmp_path / "d", tsv=True)
     lines = tsv.read_text(encoding="utf-8").splitlines()
     assert lines[0] == "de\ten" and lines[1:] == [f"{s}\t{t}" for s, t in zip(de, en)]
