@@ -31,7 +31,7 @@ from ..errors import InputError
 
 TABLE_FORMATS = {".jsonl": "json", ".json": "json", ".tsv": "tsv", ".csv": "csv", ".txt": "tsv"}
 BATCH_LINES = 100_000
-_VERSION = "1"  # part of every cache key: a change of how files are read invalidates what was read before
+_VERSION = "2"  # part of every cache key: a change of how files are read invalidates what was read before
 
 
 def corpus_cache(*parts: str) -> Path:
@@ -180,6 +180,8 @@ def _decode_lines(lines: list[bytes], path: Path, done: int) -> list[str]:
     texts = text.split("\n")
     if lines[-1].endswith(b"\n"):
         texts.pop()
+    if done == 0 and texts[0].startswith("\ufeff"):  # a byte order mark (Windows editors write one)
+        texts[0] = texts[0][1:]
     return [t[:-1] if t.endswith("\r") else t for t in texts] if "\r" in text else texts
 
 
@@ -188,7 +190,7 @@ def text_lines(path: Path) -> Iterator[tuple[int, str]]:
     with _open(path) as file:
         for number, raw in enumerate(file, start=1):
             try:
-                yield number, raw.decode("utf-8").rstrip("\r\n")
+                yield number, raw.decode("utf-8-sig" if number == 1 else "utf-8").rstrip("\r\n")
             except UnicodeDecodeError as error:
                 raise InputError(
                     f"{path}, line {number:,}: not UTF-8 text ({error.reason}); convert the file to UTF-8."

@@ -56,7 +56,7 @@ def test_bundled_corpus_has_three_splits_and_its_license_notice():
 
 def test_local_tsv_csv_and_flat_jsonl_files_load_in_either_direction(tmp_path):
     (tmp_path / "a.tsv").write_text('en\tde\n"Hi," he said.\t"Hallo", sagte er.\nYes.\tJa.\n', encoding="utf-8")
-    (tmp_path / "b.csv").write_text('de,en\nJa.,Yes.\n"Eins, zwei.","One,\ntwo."\n', encoding="utf-8")
+    (tmp_path / "b.csv").write_text('de,en\nJa.,Yes.\n"Eins, zwei.","One,\ntwo."\n', encoding="utf-8-sig")  # BOM
     (tmp_path / "c.jsonl").write_text('{"de": "Nein.", "en": "No."}\n', encoding="utf-8")
     corpus = load_parallel_corpus(
         "en",
@@ -78,7 +78,7 @@ def test_aligned_plain_text_files_by_prefix_by_one_side_or_both_gzipped_or_not(t
     pairs = [("Ja\r.", "Yes."), ("Guten\u2028Morgen!", "Good morning!"), ("Nein.", "No.")]
     prefix = write_aligned(tmp_path, "train", pairs)
     zipped = write_aligned(tmp_path, "valid", pairs[:2], gzipped=True)
-    (tmp_path / "crlf.de").write_bytes(b"Ja.\r\nNein.")  # Windows line ends, no final line end
+    (tmp_path / "crlf.de").write_bytes("\ufeffJa.\r\nNein.".encode())  # Windows: a BOM, \r\n, no final line end
     (tmp_path / "crlf.en").write_bytes(b"Yes.\r\nNo.\r\n")
     expected = [{"de": "Ja.", "en": "Yes."}, {"de": "Guten\u2028Morgen!", "en": "Good morning!"}]
     for train in (prefix, f"{prefix}.en", [f"{prefix}.en", f"{prefix}.de"]):
