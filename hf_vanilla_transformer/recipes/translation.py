@@ -6,7 +6,7 @@ options, the bundled German->English demo.
         --source_lang de --target_lang en --output_dir runs/mine       # your corpus: data/train.de + data/train.en
     accelerate launch --config_file hf_vanilla_transformer/recipes/accelerate/ddp.yaml \
         -m hf_vanilla_transformer train translation --paper_preset base --train_file wmt14/train \
-        --max_tokens 4096 --tokens_per_update 25000 --max_steps 100000 --output_dir runs/wmt14-base  # the paper's base
+        --max_steps 100000 --output_dir runs/wmt14-base  # the paper's base: 25,000 target tokens per update
 
 Options: the dataclasses below plus every `Seq2SeqTrainingArguments` field (`--help` lists them all). The demo's
 settings (2,300 steps, its output folder, its example sentences) apply only to the bundled corpus. Mistakes in the
@@ -178,14 +178,14 @@ class RecipeArguments:
         metadata={
             "help": "Batch pairs of similar length by token budget: at most this many padded source tokens and as "
             "many target tokens per batch and process (replaces --per_device_train_batch_size; fairseq's "
-            "--max-tokens). It must hold one pair of --max_source_length and --max_target_length."
+            "--max-tokens). It must hold one pair of --max_source_length and --max_target_length. 0: sentence batches."
         },
     )
     tokens_per_update: int | None = field(
         default=None,
         metadata={
             "help": "With --max_tokens: derive --gradient_accumulation_steps so that one update holds about this "
-            "many target tokens over all processes (the paper: 25000)."
+            "many target tokens over all processes. --paper_preset sets the paper's 25000, with --max_tokens 4096."
         },
     )
     max_train_minutes: float = field(
@@ -233,33 +233,40 @@ DEMO_DEFAULTS = dict(
 OWN_CORPUS_DEFAULTS = {key: value for key, value in DEMO_DEFAULTS.items() if key not in ("output_dir", "max_steps")}
 
 
-def uses_own_corpus(argv: list[str] | None) -> tuple[bool, bool]:
-    """Whether `argv` names a corpus of the user's (a file or a Hub dataset), and whether it names an output folder."""
+# The paper's batches (section 5.1): about 25,000 target tokens per update, in token batches of at most 4,096 tokens
+# per process (fairseq's WMT recipe); the paper presets train this way unless told otherwise.
+PAPER_BATCHES = dict(max_tokens=4096, tokens_per_update=25000)
+
+
+def given_options(argv: list[str] | None) -> set[str]:
+    """The options `argv` names, of those that change the recipe's defaults."""
     parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
-    for option in ("--train_file", "--validation_file", "--test_file", "--dataset_name", "--output_dir"):
-        parser.add_argument(option, nargs="*")
+    options = ("train_file", "validation_file", "test_file", "dataset_name", "output_dir", "paper_preset")
+    for option in (*options, "tokens_per_update"):
+        parser.add_argument(f"--{option}", nargs="*")
     known, _ = parser.parse_known_args(argv or [])
-    own = any(
-        value is not None for value in (known.train_file, known.validation_file, known.test_file, known.dataset_name)
-    )
-    return own, known.output_dir is not None
+    return {option for option, value in vars(known).items() if value is not None}
 
 
 def parse_args(argv: list[str] | None = None, prog: str = "hf-vanilla-transformer train translation"):
     # bf16 autocast by default on GPUs only. On an AVX-512 BF16 CPU it fits 1.2x more demo steps into a time budget
     # but ends at a lower BLEU than float32 (35.4 vs 36.3); `--bf16 --use_cpu` still turns it on there.
     gpu_bf16 = torch.cuda.is_available() and torch.cuda.is_bf16_supported()
-    own_corpus, has_output_dir = uses_own_corpus(argv)
+    given = given_options(argv)
+    own_corpus = bool(given & {"train_file", "validation_file", "test_file", "dataset_name"})
     defaults = dict(
         OWN_CORPUS_DEFAULTS if own_corpus else DEMO_DEFAULTS,
         bf16=gpu_bf16,
         dataloader_pin_memory=torch.cuda.is_available(),
         translate=None if own_corpus else list(EXAMPLES),
+        **(PAPER_BATCHES if "paper_preset" in given else {}),
     )
     dataclasses = (ModelArguments, DataArguments, RecipeArguments, Seq2SeqTrainingArguments)
     parsed = parse_recipe_arguments(dataclasses, defaults, argv, prog, __doc__.split("\n\n")[0])
-    data_args = parsed[1]
-    if own_corpus and not has_output_dir:
+    data_args, recipe_args = parsed[1], parsed[2]
+    if not recipe_args.max_tokens and "tokens_per_update" not in given:  # --max_tokens 0: the preset's update too
+        recipe_args.max_tokens = recipe_args.tokens_per_update = None
+    if own_corpus and "output_dir" not in given:
         raise InputError(
             f"--output_dir: name the folder for the model trained on your corpus ({DEMO_DEFAULTS['output_dir']} is "
             "the demo's)."
@@ -366,7 +373,7 @@ def check_lengths(data_args, recipe_args, positions: int):
                 f"{option} {value} is more than the model's {positions} positions (--max_position_embeddings)."
             )
     longest = max(data_args.max_source_length, data_args.max_target_length)
-    if recipe_args.max_tokens is not None and recipe_args.max_tokens < longest:
+    if recipe_args.max_tokens and recipe_args.max_tokens < longest:
         raise InputError(
             f"--max_tokens {recipe_args.max_tokens} cannot hold one pair of --max_source_length / --max_target_length "
             f"{longest} tokens: raise it, or lower the length limits."

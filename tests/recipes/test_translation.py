@@ -315,6 +315,10 @@ def test_the_demos_settings_switch_off_with_a_users_corpus(tmp_path, capsys):
         parse_args(own)
     with pytest.raises(InputError, match="--validation_file and --test_file come with --train_file"):
         parse_args(["--test_file", "data/test", "--output_dir", str(tmp_path / "x")])
+    _, _, recipe, _ = parse_args(["--paper_preset", "base"])  # the paper's batches
+    assert (recipe.max_tokens, recipe.tokens_per_update) == (4096, 25000)
+    _, _, recipe, _ = parse_args(["--paper_preset", "base", "--max_tokens", "0"])
+    assert (recipe.max_tokens, recipe.tokens_per_update) == (None, None)
     with pytest.raises(SystemExit) as exit:
         parse_args(["--max_tokens", "4096", "--tokens_per_updates", "25000"])
     assert exit.value.code == 2
