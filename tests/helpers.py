@@ -366,6 +366,23 @@ def run_translate_mjs(request: dict) -> dict:
     return json.loads(result.stdout)
 
 
+def run_distributed(*args, processes: int = 2, timeout: float = 600) -> subprocess.CompletedProcess:
+    """`hf-vanilla-transformer train translation ARGS` in `processes` CPU processes over gloo (torch.distributed.run),
+    one thread each."""
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(processes)]
+    command += ["--master_port", str(free_port()), "-m", "hf_vanilla_transformer", "train", "translation"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
+    return subprocess.run(
+        [*command, *map(str, args)], env=env, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL
+    )
+
+
+def logged(run_dir, key: str) -> dict[int, float]:
+    """Step -> the logged value of `key` (e.g. "loss", "target_tokens_per_update"), from `trainer_state.json`."""
+    history = json.loads((Path(run_dir) / "trainer_state.json").read_text())["log_history"]
+    return {entry["step"]: entry[key] for entry in history if key in entry}
+
+
 # --------------------------------------------------------------------------------------------------------- GPUs
 
 # The host synchronisations of one training step (forward and backward of a padded batch): one per padded mask, source
