@@ -14,10 +14,11 @@
 """Configuration of the encoder-decoder Transformer of "Attention Is All You Need" (Vaswani et al., 2017)."""
 
 import copy
-import sys
 
 from transformers import GenerationConfig, PreTrainedConfig
 from transformers.activations import ACT2FN
+
+from .saved_folder import SavedFolderConfigMixin
 
 
 # Table 3 of the paper. "base" is also the config's default.
@@ -45,7 +46,7 @@ PAPER_PRESETS = {
 }
 
 
-class VanillaTransformerConfig(PreTrainedConfig):
+class VanillaTransformerConfig(SavedFolderConfigMixin, PreTrainedConfig):
     r"""
     Configuration of [`VanillaTransformerModel`] and [`VanillaTransformerForConditionalGeneration`]. The defaults are the
     paper's base model; `VanillaTransformerConfig.from_paper("big", vocab_size=...)` gives the big one.
@@ -229,26 +230,6 @@ class VanillaTransformerConfig(PreTrainedConfig):
     def paper_generation_config(self, **kwargs) -> GenerationConfig:
         """[`paper_generation_config`] for this config."""
         return paper_generation_config(self, **kwargs)
-
-    @classmethod
-    def from_dict(cls, config_dict: dict, **kwargs) -> "VanillaTransformerConfig":
-        # Saved folders name their translation pipeline in `custom_pipelines`, the code that processes without this
-        # package run (with trust_remote_code=True). Where this package is imported, the same pipeline is registered
-        # in the process: it wins, as local code wins for the model classes, so that pipeline("translation",
-        # model=folder) needs no trust_remote_code there. transformers reads `custom_pipelines` before its registry.
-        registry = getattr(sys.modules.get("transformers.pipelines"), "PIPELINE_REGISTRY", None)
-        custom = config_dict.get("custom_pipelines")
-        if registry is not None and custom:
-
-            def registered_here(task: str, entry: dict) -> bool:
-                impl = registry.supported_tasks.get(task, {}).get("impl")
-                return getattr(impl, "__name__", impl) == entry.get("impl", "").rsplit(".", 1)[-1]
-
-            remote = {task: entry for task, entry in custom.items() if not registered_here(task, entry)}
-            config_dict = {key: value for key, value in config_dict.items() if key != "custom_pipelines"}
-            if remote:
-                config_dict["custom_pipelines"] = remote
-        return super().from_dict(config_dict, **kwargs)
 
 
 # The paper's length limit (section 6.1): "maximum output length [to] input length + 50". As fairseq's

@@ -18,11 +18,9 @@ tokens, h heads, d d_model, dh head dim, v vocabulary. Masks follow transformers
 token, 0 = padding.
 """
 
-import os
 from collections.abc import Callable
 
 import torch
-from safetensors import SafetensorError
 from torch import nn
 from transformers import initialization as init
 from transformers.activations import ACT2FN
@@ -45,7 +43,7 @@ from transformers.utils.generic import merge_with_config_defaults
 from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
 from .configuration_vanilla_transformer import VanillaTransformerConfig, max_new_tokens_for
-from .pipeline_translation import CUSTOM_PIPELINES  # imported, so that remote code ships the pipeline file too
+from .saved_folder import SavedFolderModelMixin
 
 
 logger = logging.get_logger(__name__)
@@ -302,7 +300,7 @@ class VanillaTransformerDecoderLayer(VanillaTransformerLayer):
         return self.residual(self.final_layer_norm, hidden_states, self.feed_forward)
 
 
-class VanillaTransformerPreTrainedModel(PreTrainedModel):
+class VanillaTransformerPreTrainedModel(SavedFolderModelMixin, PreTrainedModel):
     config: VanillaTransformerConfig
     config_class = VanillaTransformerConfig
     base_model_prefix = "model"
@@ -314,12 +312,6 @@ class VanillaTransformerPreTrainedModel(PreTrainedModel):
     _supports_flex_attn = True
     _supports_attention_backend = True
     _can_compile_fullgraph = True
-
-    def post_init(self):
-        super().post_init()
-        # Tied copies are not saved (only their source). Listed here, `Trainer` re-ties them on resume instead of
-        # warning about missing keys.
-        self._keys_to_ignore_on_save |= set(self.all_tied_weights_keys)
 
     @torch.no_grad()
     def _init_weights(self, module: nn.Module):
@@ -344,39 +336,6 @@ class VanillaTransformerPreTrainedModel(PreTrainedModel):
                 model.decoder.embed_tokens, embeddings.weight.shape[0], mean_resizing=mean_resizing
             )
         return embeddings
-
-    @classmethod
-    def from_pretrained(cls, pretrained_model_name_or_path, *args, **kwargs):
-        try:
-            return super().from_pretrained(pretrained_model_name_or_path, *args, **kwargs)
-        except SafetensorError as error:  # transformers passes it on without naming the folder
-            raise OSError(
-                f"The safetensors weights of {pretrained_model_name_or_path} cannot be read ({error}): the file is "
-                "corrupt or only partially downloaded (a git-lfs pointer, an interrupted copy). Download it again."
-            ) from error
-
-    def save_pretrained(self, save_directory, *args, **kwargs):
-        if self._auto_class in ("AutoModel", "AutoModelForSeq2SeqLM"):
-            # transformers copies the code files and maps only the saved class. Map both encoder-decoder classes, so
-            # that AutoModel and AutoModelForSeq2SeqLM load the folder as remote code whichever of them saved it, and
-            # name the pipeline, so that pipeline("translation", model=folder, trust_remote_code=True) works without
-            # this package.
-            module = self.__class__.__module__.rsplit(".", 1)[-1]
-            self.config.auto_map = {
-                **(getattr(self.config, "auto_map", None) or {}),
-                "AutoModel": f"{module}.VanillaTransformerModel",
-                "AutoModelForSeq2SeqLM": f"{module}.VanillaTransformerForConditionalGeneration",
-            }
-            self.config.custom_pipelines = CUSTOM_PIPELINES
-        super().save_pretrained(save_directory, *args, **kwargs)
-        if kwargs.get("is_main_process", True):
-            # safetensors (0.8) writes the weights through a temporary file of mode 0600 renamed into place; give them
-            # the mode the process umask gives every other file saved here. Reading the umask means setting it.
-            umask = os.umask(0o077)
-            os.umask(umask)
-            for name in os.listdir(save_directory):
-                if name.endswith(".safetensors"):
-                    os.chmod(os.path.join(save_directory, name), 0o666 & ~umask)
 
 
 def check_inputs(config, name: str, input_ids, inputs_embeds, attention_mask, past_length=0) -> None:
