@@ -212,8 +212,9 @@ def generate(model: nn.Module, system: str, input_ids, attention_mask, num_beams
 # ---------------------------------------------------------------------------------------------------- the workload
 
 
-def make_workload(vocab_size: int, seed: int = SEED) -> dict:
-    """Training pairs and generation sources as lists of ids (ids 4.. are ordinary tokens; each sentence ends in EOS)."""
+def make_workload(vocab_size: int, seed: int = SEED, train_batch: int = TRAIN_BATCH) -> dict:
+    """Training pairs (`train_batch` per batch) and generation sources as lists of ids (ids 4.. are ordinary tokens;
+    each sentence ends in EOS)."""
     rng = random.Random(seed)
 
     def sentence(shortest, longest):
@@ -221,7 +222,7 @@ def make_workload(vocab_size: int, seed: int = SEED) -> dict:
 
     return {
         "train": [
-            [(sentence(*TRAIN_LENGTHS), sentence(*TRAIN_LENGTHS)) for _ in range(TRAIN_BATCH)]
+            [(sentence(*TRAIN_LENGTHS), sentence(*TRAIN_LENGTHS)) for _ in range(train_batch)]
             for _ in range(TRAIN_BATCHES)
         ],
         "sources": [sentence(*SOURCE_LENGTHS) for _ in range(SOURCES)],

@@ -10,7 +10,8 @@ The German side of the bundled test split, repeated to --lines lines, is transla
 model's own decoding settings (beam 4, length penalty 0.6 for this package's trained models). Systems:
 - pipeline: a plain loop over `pipeline("translation")`, 32 lines per call in file order, `batch_size=32`;
 - pipeline-marian: the same loop with the same model as a MarianMTModel (`convert_marian.to_marian`, same function);
-- translate: `translate_file` (what the command runs), PyTorch float32, default batching;
+- translate: `translate_file` (what the command runs), PyTorch float32, default batching, lines split into sentences;
+- translate-whole-lines: the same with `--no-split_sentences` (each line one sentence, as the pipeline takes it);
 - translate-2proc: the same in two processes of one thread each (`accelerate launch`, gloo);
 - translate-int8: `--int8`; translate-ct2 / translate-ct2-int8: `--backend ctranslate2`, float32 / int8.
 Reported: sentences per second of the timed translation (model loading excluded), by the wall clock and by the
@@ -37,6 +38,7 @@ SYSTEMS = {
     "pipeline": "pipeline loop (32 lines per call, file order)",
     "pipeline-marian": "pipeline loop, MarianMTModel",
     "translate": "translate, PyTorch float32",
+    "translate-whole-lines": "translate --no-split_sentences",
     "translate-2proc": "translate, 2 processes x 1 thread",
     "translate-int8": "translate --int8",
     "translate-ct2": "translate --backend ctranslate2",
@@ -80,6 +82,7 @@ def run_system(system: str, model: str, source: Path, output: Path) -> dict:
     backend = "ctranslate2" if "ct2" in system else "torch"
     translator = load_translator(
         model,
+        split_sentences=system != "translate-whole-lines",
         backend=backend,
         int8=system.endswith("int8") and backend == "torch",
         compute_type="int8" if system.endswith("int8") and backend == "ctranslate2" else "default",

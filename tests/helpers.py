@@ -351,3 +351,52 @@ def static_server(directory):
         server.shutdown()
         server.server_close()
         thread.join()
+
+
+def run_translate_mjs(request: dict) -> dict:
+    """`interop/translate.mjs` under Node with the JSON `request` (see its header), beside the pinned transformers.js
+    (skips the test without it); returns its JSON answer."""
+    from hf_vanilla_transformer.interop.onnx_runtime import TRANSLATE_SCRIPT
+
+    folder = require_transformers_js()
+    script = folder / TRANSLATE_SCRIPT.name  # ES modules resolve packages from the script's own folder
+    shutil.copyfile(TRANSLATE_SCRIPT, script)
+    result = subprocess.run(["node", str(script)], input=json.dumps(request), capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads(result.stdout)
+
+
+def run_distributed(*args, processes: int = 2, timeout: float = 600) -> subprocess.CompletedProcess:
+    """`hf-vanilla-transformer train translation ARGS` in `processes` CPU processes over gloo (torch.distributed.run),
+    one thread each."""
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(processes)]
+    command += ["--master_port", str(free_port()), "-m", "hf_vanilla_transformer", "train", "translation"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
+    return subprocess.run(
+        [*command, *map(str, args)], env=env, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL
+    )
+
+
+def logged(run_dir, key: str) -> dict[int, float]:
+    """Step -> the logged value of `key` (e.g. "loss", "target_tokens_per_update"), from `trainer_state.json`."""
+    history = json.loads((Path(run_dir) / "trainer_state.json").read_text())["log_history"]
+    return {entry["step"]: entry[key] for entry in history if key in entry}
+
+
+# --------------------------------------------------------------------------------------------------------- GPUs
+
+# The host synchronisations of one training step (forward and backward of a padded batch): one per padded mask, source
+# and target, to find the real tokens. tests/model pins it on the CPU; tests/gpu counts it on CUDA.
+HOST_READS_PER_TRAINING_STEP = 2
+NO_CUDA = (
+    "CUDA is not available (no NVIDIA GPU, or a CPU-only torch build): the GPU tests run on a GPU machine, "
+    "with `python -m scripts.gpu_acceptance` (docs/gpu.md)"
+)
+# The marks of every test in tests/gpu: selected by `-m cuda`, skipped without CUDA.
+CUDA_TESTS = [pytest.mark.cuda, pytest.mark.skipif(not torch.cuda.is_available(), reason=NO_CUDA)]
+
+
+def require_bf16() -> None:
+    """Skip, saying why, on a GPU without bf16 (compute capability below 8.0)."""
+    if not torch.cuda.is_bf16_supported(including_emulation=False):
+        pytest.skip(f"{torch.cuda.get_device_name()} has no bf16 (compute capability below 8.0)")

@@ -2,6 +2,7 @@
 folder `--model` names, and writing a new folder or file (never over existing files unless asked, with the file modes
 the process umask gives)."""
 
+import json
 import os
 import shutil
 from pathlib import Path
@@ -36,10 +37,9 @@ def resolve_model(name: str | Path, option: str = "--model") -> str:
     path = Path(name).expanduser()
     if path.is_dir():
         if not (path / "config.json").is_file():
-            held = sorted(child.name for child in path.iterdir())[:8]
             raise InputError(
-                f"{option} {name}: the folder holds no model (no config.json; it has "
-                f"{', '.join(held) if held else 'nothing'}): give a folder saved by save_pretrained or by training."
+                f"{option} {name}: the folder holds no model (no config.json; it has {contents(path)}): give a folder "
+                "saved by save_pretrained or by training."
             )
         return str(path)
     if path.exists():
@@ -51,6 +51,75 @@ def resolve_model(name: str | Path, option: str = "--model") -> str:
     if "/" in name and Path(name.split("/")[0]).expanduser().exists():
         raise InputError(f"{option} {name}: no such model folder.")
     return name
+
+
+def contents(folder: str | Path, limit: int = 8) -> str:
+    """The first `limit` names in `folder`, for messages that say what a folder holds."""
+    names = sorted(child.name for child in Path(folder).iterdir())
+    return ", ".join(names[:limit]) + (f" and {len(names) - limit} more" if len(names) > limit else "") or "nothing"
+
+
+# Heads that do not translate, by how their class names end (`config.architectures`), and what they are.
+NOT_TRANSLATION = {
+    "ForCausalLM": "a decoder-only language model",
+    "LMHeadModel": "a decoder-only language model",
+    "ForSequenceClassification": "a sequence classifier",
+    "ForTokenClassification": "a token classifier",
+    "ForMaskedLM": "a masked language model",
+    "ForQuestionAnswering": "a question-answering model",
+}
+
+
+def check_translation_folder(name: str, option: str = "--model", ctranslate2: bool = False) -> None:
+    """Refuse by name a local folder (from `resolve_model`) that holds no translation model: a head that does not
+    translate (its weights would leave the translation head freshly initialised), or a CTranslate2 export where
+    `ctranslate2` is False. Hub ids pass: their files are checked when they load."""
+    path = Path(name).expanduser()
+    if not (path / "config.json").is_file():
+        return
+    config = json.loads((path / "config.json").read_text(encoding="utf-8"))
+    if "model_type" not in config and (path / "model.bin").is_file():
+        if not ctranslate2:
+            raise InputError(
+                f"{option} {name} is a CTranslate2 model folder (model.bin): `translate --backend ctranslate2` reads "
+                "it; here, give the transformers folder it was exported from."
+            )
+        return
+    for architecture in config.get("architectures") or []:
+        kind = next((kind for end, kind in NOT_TRANSLATION.items() if architecture.endswith(end)), None)
+        if kind is not None or config.get("is_encoder_decoder") is False:
+            raise InputError(
+                f"{option} {name} holds {kind or 'a decoder-only model'} ({architecture}), not a translation model: "
+                "give a folder trained for translation (`hf-vanilla-transformer train translation`, or any "
+                "AutoModelForSeq2SeqLM)."
+            )
+
+
+def load_translation_model(name: str, option: str = "--model", model_class=None, **kwargs):
+    """`model_class.from_pretrained(name, **kwargs)` (default: `AutoModelForSeq2SeqLM`) for a translation model,
+    refusing by name what is not one (`check_translation_folder`) and a folder whose weights do not cover the model,
+    which transformers would fill with fresh random weights that translate into nonsense."""
+    from transformers import AutoModelForSeq2SeqLM
+
+    name = resolve_model(name, option)
+    check_translation_folder(name, option)
+    try:
+        model, loading = (model_class or AutoModelForSeq2SeqLM).from_pretrained(
+            name, output_loading_info=True, **kwargs
+        )
+    except OSError as error:  # no weights file
+        if not Path(name).is_dir():
+            raise
+        raise InputError(
+            f"{option} {name}: no weights to load ({error}); the folder holds {contents(name)}."
+        ) from None
+    if loading["missing_keys"]:
+        missing = sorted(loading["missing_keys"])
+        raise InputError(
+            f"{option} {name}: its weights lack {len(missing)} of {type(model).__name__}'s tensors ({missing[0]}, ...),"
+            f" which would translate with fresh random values; the folder holds {contents(name)}."
+        )
+    return model
 
 
 def check_output_dir(path: str | Path, overwrite: bool = False, option: str = "--output_dir") -> Path:
@@ -98,6 +167,9 @@ __all__ = [
     "MODEL_FILE_PATTERNS",
     "apply_umask",
     "check_output_dir",
+    "check_translation_folder",
+    "contents",
+    "load_translation_model",
     "check_output_file",
     "model_files",
     "new_output_dir",

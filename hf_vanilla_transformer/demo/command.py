@@ -43,7 +43,11 @@ def web_page(argv: list[str], prog: str) -> int:
     parser.add_argument("--model", required=True, help="a trained model folder with its tokenizer")
     parser.add_argument("--output_dir", required=True, help="a new (or empty) folder for the page")
     parser.add_argument("--overwrite", action="store_true", help="replace what --output_dir holds")
-    parser.add_argument("--max_new_tokens", type=int, help="generation length (default: the model's, else 128)")
+    parser.add_argument(
+        "--max_new_tokens",
+        type=int,
+        help="generation length (default: the model's, else the paper's source length + 50 for each batch)",
+    )
     parser.add_argument("--title", default="German to English, in your browser")
     args = parser.parse_args(argv)
     if args.max_new_tokens is not None and args.max_new_tokens < 1:

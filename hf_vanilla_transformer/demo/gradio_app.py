@@ -1,4 +1,8 @@
-"""A Gradio page for a trained translator: text in, translation out, the n-best list and the attention heatmap.
+"""A Gradio page for a trained translator: text in, translation out, the n-best list and the attention heatmaps.
+
+Text is translated as the translate command translates it: each line split into sentences (a checkbox turns that
+off), sentences longer than the model was trained on into pieces, in token-budget batches, joined back line by line.
+The heatmap shows one piece at a time, chosen from a list of them.
 
     demo = build_demo("outputs/demo-de-en"); demo.launch()     # or: hf-vanilla-transformer demo --model ...
     write_space("outputs/demo-de-en", "space/")                 # a folder ready to upload as a Hugging Face Space
@@ -14,11 +18,11 @@ import unicodedata
 from importlib import metadata
 from pathlib import Path
 
-from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+from transformers import AutoTokenizer
 
-from ..data.folders import apply_umask, model_files, new_output_dir, resolve_model
+from ..data.folders import apply_umask, load_translation_model, model_files, new_output_dir, resolve_model
 from ..errors import InputError
-from ..model.pipeline_translation import max_source_length
+from ..translate.translator import load_translator, translate_windows
 from .attention import AttentionMaps, attention_maps, plot_attention, save_figure
 
 
@@ -29,13 +33,13 @@ EXAMPLES = [
     "Kannst du mir bitte helfen?",
     "Das Wetter ist heute sehr schön.",
 ]
-MAX_CHARACTERS = 2000  # refused before tokenizing; the token limit decides below that
+MAX_CHARACTERS = 2000  # a few paragraphs; longer texts belong to the translate command
 MAX_BEAMS = 8
 AVERAGE = "average"
 KIND_LABELS = {"cross-attention": "cross", "encoder self-attention": "encoder", "decoder self-attention": "decoder"}
 
 
-def check_text(text, tokenizer, max_tokens: int) -> str | None:
+def check_text(text) -> str | None:
     """Why `text` cannot be translated, as a message for the page, or None when it can."""
     if not isinstance(text, str):
         return f"Please send text: got {type(text).__name__}."
@@ -47,11 +51,6 @@ def check_text(text, tokenizer, max_tokens: int) -> str | None:
         return "The text has no letters or digits: please type a German sentence."
     if len(text) > MAX_CHARACTERS:
         return f"The text is too long ({len(text)} characters; at most {MAX_CHARACTERS}): please shorten it."
-    length = len(tokenizer(text)["input_ids"])
-    if length > max_tokens:
-        return (
-            f"The text is too long ({length} tokens; this model translates at most {max_tokens}): please shorten it."
-        )
     return None
 
 
@@ -74,10 +73,8 @@ def build_demo(model_dir: str, examples: list[str] | None = None, title: str | N
     """The page (a `gr.Blocks`, queued) for the model and tokenizer in `model_dir` (a folder or a Hub id)."""
     import gradio as gr
 
-    model_dir = resolve_model(model_dir)
-    tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    model = AutoModelForSeq2SeqLM.from_pretrained(model_dir).eval()
-    max_tokens = max_source_length(tokenizer, model.config)
+    model = load_translation_model(model_dir).eval()
+    tokenizer = AutoTokenizer.from_pretrained(resolve_model(model_dir))
     default_beams = min(model.generation_config.num_beams or 1, MAX_BEAMS)
     config = model.config
     sizes = {
@@ -95,21 +92,46 @@ def build_demo(model_dir: str, examples: list[str] | None = None, title: str | N
 
     title = title or f"Translate with {Path(str(model_dir)).name}"
 
-    def translate(text, num_beams, n_best, kind_label, layer, head):
-        problem = check_text(text, tokenizer, max_tokens)
+    def maps_of(piece, num_beams, kind_label, layer, head):
+        maps = attention_maps(model, tokenizer, piece, num_beams=int(num_beams), do_sample=False)
+        return heatmap_image(maps, kind_label, layer, head), maps
+
+    def translate(text, num_beams, n_best, split_sentences, kind_label, layer, head):
+        problem = check_text(text)
         if problem is not None:
-            return "", "", None, None, problem
-        num_beams = int(num_beams)
-        n_best = int(n_best)
-        note = ""
+            return "", "", None, None, gr.Dropdown(choices=[], value=None), problem
+        num_beams, n_best = int(num_beams), int(n_best)
+        notes = []
         if n_best > num_beams:
-            note = f"Showing {num_beams} alternatives: the n-best list cannot be longer than the beam."
+            notes.append(f"Showing {num_beams} alternatives: the n-best list cannot be longer than the beam.")
             n_best = num_beams
-        maps = attention_maps(
-            model, tokenizer, text, num_beams=num_beams, num_return_sequences=n_best, do_sample=False
+        translator = load_translator(
+            model,
+            tokenizer=tokenizer,
+            generation={"num_beams": num_beams, "do_sample": False},
+            nbest=n_best,
+            device=str(model.device),
+            split_sentences=split_sentences,
         )
-        alternatives = "\n".join(f"{rank}. {candidate}" for rank, candidate in enumerate(maps.n_best, 1))
-        return maps.translation, alternatives, heatmap_image(maps, kind_label, layer, head), maps, note
+        lines = text.split("\n")
+        (translations,) = translate_windows(lines, translator, buffer_size=len(lines), scores=False)
+        encoded = translator.encode(lines)  # the pieces the model saw, to choose one for the heatmap
+        pieces, split = (
+            [piece for line in encoded for piece in line.texts],
+            sum(line.split_sentences for line in encoded),
+        )
+        if split:
+            notes.append(
+                f"{split} sentence(s) longer than the {translator.max_source_tokens} tokens the model takes were "
+                "split at clause punctuation (or between words)."
+            )
+        target = "\n".join(t.hypotheses[0].text if t.hypotheses else "" for t in translations)
+        ranked = [" ".join(t.hypotheses[k].text for t in translations if t.hypotheses) for k in range(n_best)]
+        alternatives = "\n".join(f"{rank}. {candidate}" for rank, candidate in enumerate(ranked, 1))
+        choices = [(f"{i}. {piece}", piece) for i, piece in enumerate(pieces, 1)]
+        heatmap, maps = maps_of(pieces[0], num_beams, kind_label, layer, head)
+        sentence = gr.Dropdown(choices=choices, value=pieces[0], interactive=len(pieces) > 1)
+        return target, alternatives, heatmap, maps, sentence, " ".join(notes)
 
     with gr.Blocks(title=title) as demo:
         gr.Markdown(f"# {title}\nGerman in, English out, with the attention behind each translation.")
@@ -122,24 +144,38 @@ def build_demo(model_dir: str, examples: list[str] | None = None, title: str | N
                         1, MAX_BEAMS, value=default_beams, step=1, label="beam size", elem_id="num_beams"
                     )
                     n_best = gr.Slider(1, MAX_BEAMS, value=1, step=1, label="n-best", elem_id="num_return_sequences")
+                split_sentences = gr.Checkbox(
+                    value=True,
+                    label="translate sentence by sentence (uncheck for one sentence, translated as a whole)",
+                    elem_id="split_sentences",
+                )
                 button = gr.Button("Translate", variant="primary", elem_id="translate")
                 message = gr.Markdown(elem_id="message")
                 target = gr.Textbox(label="English", lines=2, elem_id="target", interactive=False)
                 alternatives = gr.Textbox(label="n-best", lines=2, elem_id="n_best", interactive=False)
                 gr.Examples(examples=[[e] for e in examples or EXAMPLES], inputs=[source], label="Examples")
             with gr.Column():
+                sentence = gr.Dropdown(choices=[], label="sentence", elem_id="sentence", interactive=False)
                 kind = gr.Radio(list(KIND_LABELS), value="cross-attention", label="attention")
                 with gr.Row():
                     layer = gr.Dropdown(choices("cross")[0], value=AVERAGE, label="layer")
                     head = gr.Dropdown(choices("cross")[1], value=AVERAGE, label="head")
                 heatmap = gr.Image(label="attention", type="pil", elem_id="heatmap", interactive=False, format="png")
 
-        inputs = [source, num_beams, n_best, kind, layer, head]
-        outputs = [target, alternatives, heatmap, maps_state, message]
+        inputs = [source, num_beams, n_best, split_sentences, kind, layer, head]
+        outputs = [target, alternatives, heatmap, maps_state, sentence, message]
         gr.on([button.click, source.submit], translate, inputs, outputs, api_name="translate", concurrency_id="model")
         # Switching what to show redraws the stored maps; the model does not run again.
         redraw = dict(
             fn=heatmap_image, inputs=[maps_state, kind, layer, head], outputs=heatmap, api_visibility="private"
+        )
+        # Another piece: the model runs again, for its attention.
+        sentence.input(
+            maps_of,
+            [sentence, num_beams, kind, layer, head],
+            [heatmap, maps_state],
+            api_visibility="private",
+            concurrency_id="model",
         )
         kind.change(select_kind, kind, [layer, head], api_visibility="private").then(**redraw)
         layer.change(**redraw)

@@ -7,7 +7,8 @@ The folder holds everything the page loads, nothing comes from a CDN or the Hub:
 
     index.html, app.mjs      the page (plain HTML and an ES module: no build step)
     translate.mjs            the greedy translation with transformers.js, the file the ONNX tests run under Node
-    demo.json                title, examples and generation length
+    demo.json                title, examples, the sentence rules and language, the longest piece the model takes
+                             and the generation length by source length
     runtime/                 transformers.js (`transformers.min.js`) and ONNX Runtime's WebAssembly files, copied from
                              an npm install of the pinned `@huggingface/transformers` (`onnx_runtime.install_transformers_js`)
     model/                   the ONNX export (`export_onnx`, Marian form): config, tokenizer, onnx/*.onnx
@@ -20,9 +21,17 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from ..data.folders import apply_umask, check_output_dir, new_output_dir, resolve_model
+from transformers import AutoConfig, AutoTokenizer, GenerationConfig
+
+from ..data.folders import apply_umask, check_output_dir, check_translation_folder, new_output_dir, resolve_model
+from ..data.trained_on import trained_on
 from ..interop.onnx import export_onnx
 from ..interop.onnx_runtime import TRANSFORMERS_JS_VERSION, TRANSLATE_SCRIPT, install_transformers_js
+from ..model.configuration_vanilla_transformer import max_new_tokens_for
+from ..model.pipeline_translation import max_source_length
+from ..translate.backends import default_length_rule
+from ..translate.sentences import RULES
+from ..translate.translator import DEFAULT_MAX_TOKENS
 from .gradio_app import EXAMPLES
 
 
@@ -47,9 +56,13 @@ def build_web_page(
 ) -> Path:
     """Write the no-server page for the trained model in `model_dir` into `output_dir` (created; must be empty).
 
-    `max_new_tokens` defaults to the model's generation config (`max_new_tokens`, or `max_length` - 1), else 128.
+    The page translates as the translate command does, greedily: each line split into sentences by the rules of the
+    language the model was trained on, sentences longer than it was trained on into pieces, in token-budget batches.
+    `max_new_tokens` (one limit for every batch) defaults to the model's generation config (`max_new_tokens`, or
+    `max_length` - 1), else to the paper's source length + 50 for each batch's longest source.
     """
     model_dir = resolve_model(model_dir)
+    check_translation_folder(model_dir)
     check_output_dir(output_dir, overwrite)
     modules = install_transformers_js() / "node_modules"  # first, as it is the step that can fail on a network
     output = new_output_dir(output_dir, overwrite)
@@ -67,14 +80,10 @@ def build_web_page(
     for page_file in [*PAGE_FILES, TRANSLATE_SCRIPT]:
         shutil.copy2(page_file, output / page_file.name)
 
-    if max_new_tokens is None:
-        generation = json.loads((output / "model" / "generation_config.json").read_text(encoding="utf-8"))
-        # max_length counts the decoder start token.
-        max_new_tokens = generation.get("max_new_tokens") or (generation.get("max_length") or 129) - 1
     settings = {
         "title": title,
         "examples": examples or EXAMPLES,
-        "max_new_tokens": max_new_tokens,
+        **text_settings(output / "model", max_new_tokens),
         "transformers_js": TRANSFORMERS_JS_VERSION,
     }
     (output / "demo.json").write_text(json.dumps(settings, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
@@ -82,4 +91,25 @@ def build_web_page(
     return output
 
 
-__all__ = ["build_web_page"]
+def text_settings(model_dir: Path, max_new_tokens: int | None = None) -> dict:
+    """What `translateText` (translate.mjs) needs to split and translate as the translate command does, for the
+    model in `model_dir`: the sentence rules and language, the longest piece in tokens, the batch budget, and
+    `max_new_tokens[n]`, the generation limit for a batch whose longest source has n tokens (computed here by the
+    one length rule, `max_new_tokens_for`)."""
+    config = AutoConfig.from_pretrained(model_dir)
+    generation_config = GenerationConfig.from_pretrained(model_dir)
+    record = trained_on(generation_config)
+    longest = record.source_limit(max_source_length(AutoTokenizer.from_pretrained(model_dir), config))
+    positions = getattr(config, "max_position_embeddings", None)
+    a, b = (0.0, max_new_tokens) if max_new_tokens else default_length_rule(generation_config)
+    return {
+        "rules": RULES,
+        "source_lang": record.source_lang,
+        "split_sentences": True,
+        "max_source_tokens": longest,
+        "max_tokens": DEFAULT_MAX_TOKENS,
+        "max_new_tokens": [max_new_tokens_for(n, positions, a, b) for n in range(longest + 1)],
+    }
+
+
+__all__ = ["build_web_page", "text_settings"]

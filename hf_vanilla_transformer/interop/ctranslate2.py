@@ -10,7 +10,7 @@ CTranslate2 adds row `step` of that table to the decoder input at step `step` (t
 A CTranslate2 model reads and writes token strings: pass `tokenizer.convert_ids_to_tokens(tokenizer(text).input_ids)`
 (the tokenizer appends </s>) and turn a hypothesis back with `tokenizer.convert_tokens_to_ids`; the exported folder
 holds the tokenizer files and the generation config for that, and `translate_options` maps the generation config to
-`translate_batch` arguments.
+`translate_batch` arguments, the paper's length limit included.
 """
 
 from pathlib import Path
@@ -19,8 +19,9 @@ import torch
 from ctranslate2.specs import common_spec, model_spec, transformer_spec
 from transformers import AutoTokenizer, GenerationConfig
 
-from ..data.folders import apply_umask, check_output_dir, new_output_dir, resolve_model
+from ..data.folders import apply_umask, check_output_dir, load_translation_model, new_output_dir, resolve_model
 from ..errors import InputError
+from ..model.configuration_vanilla_transformer import max_new_tokens_for
 from ..model.modeling_vanilla_transformer import (
     VanillaTransformerForConditionalGeneration,
     VanillaTransformerSinusoidalPositionalEncoding,
@@ -169,9 +170,11 @@ def export_ctranslate2(
     """
     if quantization is not None and quantization not in QUANTIZATIONS:
         raise InputError(f"--quantization must be one of {list(QUANTIZATIONS)}, got {quantization!r}.")
-    model_dir = resolve_model(model_dir)
     check_output_dir(output_dir, overwrite)
-    model = VanillaTransformerForConditionalGeneration.from_pretrained(model_dir, dtype=torch.float32)
+    model = load_translation_model(
+        model_dir, model_class=VanillaTransformerForConditionalGeneration, dtype=torch.float32
+    )
+    model_dir = resolve_model(model_dir)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     check_tokenizer_fits_model(tokenizer, model.config)
     tokens = vocabulary(tokenizer, model.config.vocab_size)
@@ -185,13 +188,25 @@ def export_ctranslate2(
     return output_dir
 
 
-def translate_options(generation_config: GenerationConfig, **overrides) -> dict:
-    """`ctranslate2.Translator.translate_batch` keyword arguments that decode as `generate()` does with this config.
+def translate_options(
+    generation_config: GenerationConfig,
+    source_length: int | None = None,
+    max_position_embeddings: int | None = None,
+    **overrides,
+) -> dict:
+    """`ctranslate2.Translator.translate_batch` keyword arguments that decode as `generate()` does with this config,
+    for a batch whose longest source has `source_length` tokens (end token included):
 
-    Both engines divide a finished hypothesis' summed log-probability by its length (generated tokens, end token
-    included) to the power `length_penalty`, and `early_stopping=True` (the paper's beam search) is CTranslate2's
-    default (`patience=1`: stop once `num_beams` hypotheses have ended). `max_length` counts the decoder start token,
-    CTranslate2's `max_decoding_length` does not. Settings with no CTranslate2 equivalent raise a `ValueError`.
+        options = translate_options(generation_config, max(map(len, sources)), config.max_position_embeddings)
+        results = translator.translate_batch(sources, **options)
+
+    The length limit is the config's own (`max_new_tokens`, or `max_length` - 1: transformers counts the decoder start
+    token, CTranslate2's `max_decoding_length` does not), else the paper's rule that `generate()` applies, source length
+    + 50 new tokens within the model's positions ([`max_new_tokens_for`]): that one needs `source_length` (or a
+    `max_decoding_length` override), as the limit differs from batch to batch. Both engines divide a finished
+    hypothesis' summed log-probability by its length (generated tokens, end token included) to the power
+    `length_penalty`, and `early_stopping=True` (the paper's beam search) is CTranslate2's default (`patience=1`: stop
+    once `num_beams` hypotheses have ended). Settings with no CTranslate2 equivalent raise a `ValueError`.
     """
     defaults = GenerationConfig._get_default_generation_params()  # what generate() uses for unset (None) fields
 
@@ -204,10 +219,23 @@ def translate_options(generation_config: GenerationConfig, **overrides) -> dict:
         unsupported.append("early_stopping")  # transformers' other stopping rules have no CTranslate2 counterpart
     if unsupported:
         raise ValueError(f"These generation settings have no CTranslate2 equivalent: {unsupported}.")
+    if generation_config.max_new_tokens is not None:
+        max_decoding_length = generation_config.max_new_tokens
+    elif generation_config.max_length is not None:
+        max_decoding_length = generation_config.max_length - 1
+    elif source_length is not None:
+        max_decoding_length = max_new_tokens_for(source_length, max_position_embeddings)
+    elif "max_decoding_length" not in overrides:
+        raise ValueError(
+            "The generation config sets no length limit, so the limit follows the source (source length + 50, as "
+            "generate() does): pass `source_length`, the batch's longest source in tokens."
+        )
+    else:
+        max_decoding_length = overrides["max_decoding_length"]
     options = dict(
         beam_size=setting("num_beams"),
         length_penalty=setting("length_penalty"),
-        max_decoding_length=setting("max_new_tokens") or setting("max_length") - 1,
+        max_decoding_length=max_decoding_length,
         min_decoding_length=setting("min_new_tokens") or max(setting("min_length") - 1, 0),
         num_hypotheses=setting("num_return_sequences"),
         no_repeat_ngram_size=setting("no_repeat_ngram_size"),

@@ -57,6 +57,11 @@ class TranslationPipeline(Pipeline):
 
     The task may name the languages, `"translation_de_to_en"`; they are kept as `src_lang` / `tgt_lang`. The model
     decides the direction: a model trained for one language pair translates in that direction whatever the task says.
+
+    Each input is translated as one sequence, as transformers' pipelines do: a paragraph given whole is far longer than
+    the sentences a model learns from, and comes back garbled or cut. To translate text of several sentences, split
+    it first, e.g. `hf_vanilla_transformer.translate.sentences.split_sentences(text, "de")`, and join the
+    translations; `hf-vanilla-transformer translate` (or `translate_lines`) does that, in length-sorted batches.
     """
 
     _pipeline_calls_generate = True

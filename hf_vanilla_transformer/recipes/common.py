@@ -108,7 +108,10 @@ def parse_recipe_arguments(dataclass_types, defaults: dict, argv: list[str] | No
     """The recipe's dataclasses parsed from `argv`, with `defaults` in place of the dataclasses' own."""
     parser = RecipeArgumentParser(dataclass_types, prog=prog, description=description)
     parser.set_defaults(**defaults)
-    return parser.parse_args_into_dataclasses(args=argv)
+    *parsed, unknown = parser.parse_args_into_dataclasses(args=argv, return_remaining_strings=True)
+    if unknown:  # HfArgumentParser would raise a ValueError: a traceback for a user's mistake
+        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
+    return tuple(parsed)
 
 
 __all__ = [

@@ -2,15 +2,20 @@
 options, the bundled German->English demo.
 
     hf-vanilla-transformer train translation                  # the demo: 2,300 steps, the same model on every machine
-    hf-vanilla-transformer train translation --paper_preset base --dataset_name wmt14 --dataset_config_name de-en \
-        --max_steps 100000 --bf16 --output_dir runs/wmt14-base     # the paper's base model
+    hf-vanilla-transformer train translation --train_file data/train --validation_file data/valid \
+        --source_lang de --target_lang en --output_dir runs/mine       # your corpus: data/train.de + data/train.en
     accelerate launch --config_file hf_vanilla_transformer/recipes/accelerate/ddp.yaml \
-        -m hf_vanilla_transformer train translation ...
+        -m hf_vanilla_transformer train translation --paper_preset base --train_file wmt14/train \
+        --max_steps 100000 --output_dir runs/wmt14-base  # the paper's base: 25,000 target tokens per update
 
-Options: the dataclasses below plus every `Seq2SeqTrainingArguments` field (`--help` lists them all). Mistakes in
-them (a missing file, a wrong column, a folder holding another run) end with one line naming the problem.
+Options: the dataclasses below plus every `Seq2SeqTrainingArguments` field (`--help` lists them all). The demo's
+settings (2,300 steps, its output folder, its example sentences) apply only to the bundled corpus. Mistakes in the
+options or the data (a missing file, a wrong column, a line that cannot be read, a folder holding another run) end
+with one line naming the problem. docs/training-at-scale.md describes the corpus formats and training at the paper's
+scale.
 """
 
+import argparse
 import logging
 import shlex
 import time
@@ -21,9 +26,19 @@ import torch
 import transformers
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, Seq2SeqTrainingArguments, set_seed
 
-from ..data.corpus import BUNDLED_ATTRIBUTION, BUNDLED_NAME, load_parallel_corpus, tokenize_corpus
+from ..data.cleaning import CleaningRules, clean_pairs
+from ..data.corpus import (
+    BUNDLED_ATTRIBUTION,
+    BUNDLED_NAME,
+    LONG_PAIRS,
+    default_num_proc,
+    limit_lengths,
+    load_parallel_corpus,
+    tokenize_corpus,
+)
 from ..data.folders import check_output_dir, resolve_model
-from ..data.tokenizer import train_shared_bpe_tokenizer
+from ..data.tokenizer import corpus_tokenizer
+from ..data.trained_on import record_trained_on
 from ..errors import InputError
 from ..model.configuration_vanilla_transformer import PAPER_PRESETS, VanillaTransformerConfig, paper_generation_config
 from ..model.pipeline_translation import TranslationPipeline
@@ -85,6 +100,10 @@ class ModelArguments:
     vocab_size: int = field(
         default=8000, metadata={"help": "Size of the shared BPE vocabulary trained on the corpus."}
     )
+    tokenizer_train_pairs: int = field(
+        default=1_000_000,
+        metadata={"help": "Learn the BPE from at most this many training pairs, in blocks drawn at random (0: all)."},
+    )
     max_position_embeddings: int = field(default=256)
 
 
@@ -97,30 +116,79 @@ class DataArguments:
         metadata={"help": "Hub dataset, e.g. wmt14 (needs network). Default: the bundled Tatoeba corpus."},
     )
     dataset_config_name: str | None = field(default=None, metadata={"help": "Hub dataset config, e.g. de-en."})
-    train_file: str | None = field(
-        default=None, metadata={"help": "Local JSON Lines / TSV / CSV corpus (and the two below)."}
+    train_file: list[str] | None = field(
+        default=None,
+        metadata={
+            "help": "Your training corpus: aligned plain-text files by their prefix (data/train reads data/train.de "
+            "and data/train.en, .gz too), the two files, or one JSON Lines / TSV / CSV file. Default: the bundled demo."
+        },
     )
-    validation_file: str | None = field(default=None)
-    test_file: str | None = field(default=None)
+    validation_file: list[str] | None = field(default=None, metadata={"help": "As --train_file."})
+    test_file: list[str] | None = field(default=None, metadata={"help": "As --train_file."})
+    columns: list[str] | None = field(
+        default=None,
+        metadata={
+            "help": "The languages of the columns of TSV/CSV files without a header line, in order (manythings' "
+            "deu.txt: --columns en de; later columns are ignored)."
+        },
+    )
     max_source_length: int = field(
-        default=64, metadata={"help": "Longer sources are truncated (the demo's longest has 41 tokens)."}
+        default=64, metadata={"help": "Training pairs with more source tokens are long pairs (see --long_pairs)."}
     )
     max_target_length: int = field(
         default=64,
         metadata={
-            "help": "Longer targets are truncated. Generation follows the source instead: at most its length + 50 tokens."
+            "help": "Training pairs with more target tokens are long pairs. Validation and test pairs are kept whole "
+            "(cut only at --max_position_embeddings); generation follows the source: at most its length + 50 tokens."
         },
     )
+    long_pairs: str = field(
+        default="skip",
+        metadata={
+            "help": "What happens to long training pairs: skipped or truncated (and counted), or an error naming the "
+            "first.",
+            "choices": list(LONG_PAIRS),
+        },
+    )
+    clean_empty: bool = field(
+        default=False,
+        metadata={"help": "Drop training pairs with an empty side (else such a pair is an error naming its line)."},
+    )
+    clean_max_words: int = field(
+        default=0, metadata={"help": "Drop training pairs with a side of more words (0: off; Moses' clean-corpus-n)."}
+    )
+    clean_length_ratio: float = field(
+        default=0,
+        metadata={"help": "Drop training pairs whose word counts differ by more than this factor (0: off; Moses: 9)."},
+    )
+    clean_duplicates: bool = field(default=False, metadata={"help": "Drop training pairs seen before, exactly."})
     max_train_samples: int | None = field(default=None)
     max_eval_samples: int | None = field(
         default=200, metadata={"help": "Validation pairs scored at each evaluation during training."}
     )
     max_test_samples: int | None = field(default=None)
-    preprocessing_num_workers: int | None = field(default=None)
+    preprocessing_num_workers: int | None = field(
+        default=None, metadata={"help": "Tokenizing processes. Default: one per CPU from 100,000 training pairs on."}
+    )
 
 
 @dataclass
 class RecipeArguments:
+    max_tokens: int | None = field(
+        default=None,
+        metadata={
+            "help": "Batch pairs of similar length by token budget: at most this many padded source tokens and as "
+            "many target tokens per batch and process (replaces --per_device_train_batch_size; fairseq's "
+            "--max-tokens). It must hold one pair of --max_source_length and --max_target_length. 0: sentence batches."
+        },
+    )
+    tokens_per_update: int | None = field(
+        default=None,
+        metadata={
+            "help": "With --max_tokens: derive --gradient_accumulation_steps so that one update holds about this "
+            "many target tokens over all processes. --paper_preset sets the paper's 25000, with --max_tokens 4096."
+        },
+    )
     max_train_minutes: float = field(
         default=0,
         metadata={
@@ -136,8 +204,9 @@ class RecipeArguments:
         default=False,
         metadata={"help": "Replace what a non-empty --output_dir holds (it must not hold a run to resume)."},
     )
-    translate: list[str] = field(
-        default_factory=lambda: list(EXAMPLES), metadata={"help": "Sentences to translate at the end."}
+    translate: list[str] | None = field(
+        default=None,
+        metadata={"help": "Sentences to translate at the end (the demo: five German examples; your corpus: none)."},
     )
 
 
@@ -160,13 +229,52 @@ DEMO_DEFAULTS = dict(
 )
 
 
+# With your own corpus the demo's fixed step count, output folder and example sentences are not the defaults: the
+# epochs (--num_train_epochs) or --max_steps you give decide, and --output_dir is required.
+OWN_CORPUS_DEFAULTS = {key: value for key, value in DEMO_DEFAULTS.items() if key not in ("output_dir", "max_steps")}
+
+
+# The paper's batches (section 5.1): about 25,000 target tokens per update, in token batches of at most 4,096 tokens
+# per process (fairseq's WMT recipe); the paper presets train this way unless told otherwise.
+PAPER_BATCHES = dict(max_tokens=4096, tokens_per_update=25000)
+
+
+def given_options(argv: list[str] | None) -> set[str]:
+    """The options `argv` names, of those that change the recipe's defaults."""
+    parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    options = ("train_file", "validation_file", "test_file", "dataset_name", "output_dir", "paper_preset")
+    for option in (*options, "tokens_per_update"):
+        parser.add_argument(f"--{option}", nargs="*")
+    known, _ = parser.parse_known_args(argv or [])
+    return {option for option, value in vars(known).items() if value is not None}
+
+
 def parse_args(argv: list[str] | None = None, prog: str = "hf-vanilla-transformer train translation"):
     # bf16 autocast by default on GPUs only. On an AVX-512 BF16 CPU it fits 1.2x more demo steps into a time budget
     # but ends at a lower BLEU than float32 (35.4 vs 36.3); `--bf16 --use_cpu` still turns it on there.
     gpu_bf16 = torch.cuda.is_available() and torch.cuda.is_bf16_supported()
-    defaults = dict(DEMO_DEFAULTS, bf16=gpu_bf16, dataloader_pin_memory=torch.cuda.is_available())
+    given = given_options(argv)
+    own_corpus = bool(given & {"train_file", "validation_file", "test_file", "dataset_name"})
+    defaults = dict(
+        OWN_CORPUS_DEFAULTS if own_corpus else DEMO_DEFAULTS,
+        bf16=gpu_bf16,
+        dataloader_pin_memory=torch.cuda.is_available(),
+        translate=None if own_corpus else list(EXAMPLES),
+        **(PAPER_BATCHES if "paper_preset" in given else {}),
+    )
     dataclasses = (ModelArguments, DataArguments, RecipeArguments, Seq2SeqTrainingArguments)
-    return parse_recipe_arguments(dataclasses, defaults, argv, prog, __doc__.split("\n\n")[0])
+    parsed = parse_recipe_arguments(dataclasses, defaults, argv, prog, __doc__.split("\n\n")[0])
+    data_args, recipe_args = parsed[1], parsed[2]
+    if not recipe_args.max_tokens and "tokens_per_update" not in given:  # --max_tokens 0: the preset's update too
+        recipe_args.max_tokens = recipe_args.tokens_per_update = None
+    if own_corpus and "output_dir" not in given:
+        raise InputError(
+            f"--output_dir: name the folder for the model trained on your corpus ({DEMO_DEFAULTS['output_dir']} is "
+            "the demo's)."
+        )
+    if (data_args.validation_file or data_args.test_file) and not (data_args.train_file or data_args.dataset_name):
+        raise InputError("--validation_file and --test_file come with --train_file (the training corpus).")
+    return parsed
 
 
 def prepare_output_dir(training_args, recipe_args) -> str | None:
@@ -196,9 +304,81 @@ def build_tokenizer(model_args, data_args, corpus, resume_from):
         return AutoTokenizer.from_pretrained(model_args.model_name_or_path, trust_remote_code=True)
     if resume_from:  # the ids of the checkpoint's embeddings belong to the tokenizer saved with it
         return AutoTokenizer.from_pretrained(resume_from)
-    pairs = corpus["train"]["translation"]
-    texts = (pair[lang] for pair in pairs for lang in (data_args.source_lang, data_args.target_lang))
-    return train_shared_bpe_tokenizer(texts, model_args.vocab_size, model_args.max_position_embeddings)
+    languages = (data_args.source_lang, data_args.target_lang)
+    return corpus_tokenizer(
+        corpus["train"],
+        languages,
+        model_args.vocab_size,
+        model_args.max_position_embeddings,
+        max_pairs=model_args.tokenizer_train_pairs or None,
+    )
+
+
+def prepare_data(data_args, training_args, model_args, resume_from):
+    """The corpus read, cleaned as asked, its tokenizer (trained, or reused from the cache) and the data report."""
+    with training_args.main_process_first(desc="reading the corpus"):
+        corpus = load_parallel_corpus(
+            data_args.source_lang,
+            data_args.target_lang,
+            data_args.dataset_name,
+            data_args.dataset_config_name,
+            data_args.train_file,
+            data_args.validation_file,
+            data_args.test_file,
+            columns=data_args.columns,
+            keep_empty_train_pairs=data_args.clean_empty,
+        )
+        rules = CleaningRules(
+            data_args.clean_empty, data_args.clean_max_words, data_args.clean_length_ratio, data_args.clean_duplicates
+        )
+        cleaning = {}
+        if rules.any():
+            corpus["train"], cleaning = clean_pairs(
+                corpus["train"], data_args.source_lang, data_args.target_lang, rules
+            )
+        tokenizer = build_tokenizer(model_args, data_args, corpus, resume_from)
+    return corpus, tokenizer, {"cleaning": cleaning} if cleaning else {}
+
+
+def tokenize_splits(corpus, tokenizer, data_args, training_args, positions: int) -> tuple[dict, dict]:
+    """Token ids of every split with the length limits applied: training pairs over --max_source_length or
+    --max_target_length as --long_pairs says, validation and test pairs cut only at the model's positions."""
+    limits = {
+        "train": data_args.max_train_samples,
+        "validation": data_args.max_eval_samples,
+        "test": data_args.max_test_samples,
+    }
+    num_proc = data_args.preprocessing_num_workers or default_num_proc(len(corpus["train"]))
+    source_lang, target_lang = data_args.source_lang, data_args.target_lang
+    with training_args.main_process_first(desc="tokenizing"):
+        datasets = tokenize_corpus(corpus, tokenizer, source_lang, target_lang, limits, num_proc)
+        report = {}
+        for split in datasets:
+            if split == "train":
+                lengths = (data_args.max_source_length, data_args.max_target_length, data_args.long_pairs)
+            else:
+                lengths = (positions, positions, "truncate")
+            datasets[split], counts = limit_lengths(datasets[split], tokenizer, *lengths, split=split)
+            if split == "train" or counts["truncated"]:
+                report[split] = {"policy": lengths[2], **counts}
+    return datasets, {"long_pairs": report}
+
+
+def check_lengths(data_args, recipe_args, positions: int):
+    for option, value in (
+        ("--max_source_length", data_args.max_source_length),
+        ("--max_target_length", data_args.max_target_length),
+    ):
+        if value > positions:
+            raise InputError(
+                f"{option} {value} is more than the model's {positions} positions (--max_position_embeddings)."
+            )
+    longest = max(data_args.max_source_length, data_args.max_target_length)
+    if recipe_args.max_tokens and recipe_args.max_tokens < longest:
+        raise InputError(
+            f"--max_tokens {recipe_args.max_tokens} cannot hold one pair of --max_source_length / --max_target_length "
+            f"{longest} tokens: raise it, or lower the length limits."
+        )
 
 
 def build_model(model_args, tokenizer):
@@ -231,19 +411,12 @@ def main(argv: list[str] | None = None, prog: str = "hf-vanilla-transformer trai
     resume_from = prepare_output_dir(training_args, recipe_args)
     output_dir = Path(training_args.output_dir)
     started = time.time()
-    corpus = load_parallel_corpus(
-        data_args.source_lang,
-        data_args.target_lang,
-        data_args.dataset_name,
-        data_args.dataset_config_name,
-        data_args.train_file,
-        data_args.validation_file,
-        data_args.test_file,
-    )
+    corpus, tokenizer, data_report = prepare_data(data_args, training_args, model_args, resume_from)
+    if "train" not in corpus:
+        raise InputError(f"{data_args.dataset_name!r} has no train split: it has {sorted(corpus)}.")
     if "validation" not in corpus and training_args.eval_strategy != "no":
         logger.info("No validation split: no evaluation during training.")
         training_args.eval_strategy = "no"
-    tokenizer = build_tokenizer(model_args, data_args, corpus, resume_from)
     model = build_model(model_args, tokenizer)
     if training_args.label_smoothing_factor:
         raise InputError("Set label smoothing with --label_smoothing (it is stored in the model's config).")
@@ -252,27 +425,15 @@ def main(argv: list[str] | None = None, prog: str = "hf-vanilla-transformer trai
     else:  # MarianMT has no such setting: transformers' LabelSmoother applies the same epsilon outside the model
         training_args.label_smoothing_factor = model_args.label_smoothing
     model.generation_config = paper_generation_config(model.config)
+    record_trained_on(model.generation_config, data_args)  # languages and length limits, for translate and the demos
     if recipe_args.noam_learning_rate:
         training_args.learning_rate = noam_learning_rate(model.config.d_model, int(training_args.warmup_steps))
     n_params = sum(p.numel() for p in model.parameters())
     logger.info("%s with %.1fM parameters, vocabulary %d", type(model).__name__, n_params / 1e6, len(tokenizer))
 
-    limits = {
-        "train": data_args.max_train_samples,
-        "validation": data_args.max_eval_samples,
-        "test": data_args.max_test_samples,
-    }
-    with training_args.main_process_first(desc="tokenizing"):
-        datasets = tokenize_corpus(
-            corpus,
-            tokenizer,
-            data_args.source_lang,
-            data_args.target_lang,
-            data_args.max_source_length,
-            data_args.max_target_length,
-            limits,
-            data_args.preprocessing_num_workers,
-        )
+    positions = model.config.max_position_embeddings
+    check_lengths(data_args, recipe_args, positions)
+    datasets, lengths_report = tokenize_splits(corpus, tokenizer, data_args, training_args, positions)
     trainer = TranslationTrainer(
         model=model,
         args=training_args,
@@ -281,6 +442,8 @@ def main(argv: list[str] | None = None, prog: str = "hf-vanilla-transformer trai
         processing_class=tokenizer,
         data_collator=TranslationDataCollator(tokenizer, model=model, label_pad_token_id=-100),
         compute_metrics=build_compute_metrics(tokenizer),
+        max_tokens=recipe_args.max_tokens,
+        tokens_per_update=recipe_args.tokens_per_update,
         max_train_minutes=recipe_args.max_train_minutes,
     )
     trainer.train(resume_from_checkpoint=resume_from)
@@ -291,13 +454,18 @@ def main(argv: list[str] | None = None, prog: str = "hf-vanilla-transformer trai
     test = trainer.predict(datasets["test"], metric_key_prefix="test").metrics if "test" in datasets else {}
     if trainer.is_world_process_zero():
         bundled = data_args.dataset_name is None and data_args.train_file is None
+        batching = {
+            "max_tokens": recipe_args.max_tokens,
+            "tokens_per_update": recipe_args.tokens_per_update,
+            "gradient_accumulation_steps": training_args.gradient_accumulation_steps,
+        }
         report = run_report(
             trainer,
             task="translation",
             source_lang=data_args.source_lang,
             target_lang=data_args.target_lang,
             dataset={
-                "name": BUNDLED_NAME if bundled else (data_args.dataset_name or data_args.train_file),
+                "name": BUNDLED_NAME if bundled else (data_args.dataset_name or " ".join(data_args.train_file)),
                 "id": data_args.dataset_name,
                 "config": data_args.dataset_config_name,
                 "license": "cc-by-2.0-fr" if bundled else None,
@@ -305,13 +473,14 @@ def main(argv: list[str] | None = None, prog: str = "hf-vanilla-transformer trai
             },
             train_samples=len(datasets["train"]),
             total_seconds=time.time() - started,
+            recipe={**batching, **data_report, **lengths_report},
             validation=_scores(validation, "eval"),
             test={**_scores(test, "test"), "num_beams": model.generation_config.num_beams,
                   "length_penalty": model.generation_config.length_penalty},
             command=f"{prog} {shlex.join(argv or [])}".strip(),
         )  # fmt: skip
         write_run_report(output_dir, report, trainer.state.log_history)
-        print_summary(report, model, tokenizer, recipe_args.translate, output_dir)
+        print_summary(report, model, tokenizer, recipe_args.translate or [], output_dir)
     return 0
 
 
@@ -332,9 +501,8 @@ def print_summary(report, model, tokenizer, sentences, output_dir):
         f"Trained {training['steps']} steps ({training['epochs']} epochs) in {training['runtime_seconds'] / 60:.1f} "
         f"min; model saved to {output_dir}\n"
     )
-    translations = [
-        r["translation_text"] for r in TranslationPipeline(model=model.eval(), tokenizer=tokenizer)(sentences)
-    ]
+    pipeline = TranslationPipeline(model=model.eval(), tokenizer=tokenizer)
+    translations = [r["translation_text"] for r in pipeline(sentences)] if sentences else []
     for source, target in zip(sentences, translations):
         print(f"  {source}\n    -> {target.strip()}")
     if (test.get("bleu") is not None and test["bleu"] < 5) or not all(t.strip() for t in translations):

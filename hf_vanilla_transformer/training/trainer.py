@@ -1,15 +1,23 @@
-"""`Seq2SeqTrainer` for translation with the paper's learning rate (section 5.3), reproducible length-grouped batches,
-exact distributed evaluation and the paper's length limit."""
+"""`Seq2SeqTrainer` for translation with the paper's learning rate (section 5.3), batches by token budget or by length,
+both reproducible, exact distributed evaluation and the paper's length limit."""
 
 import copy
+import functools
+import inspect
 
+import numpy as np
 import torch
-from transformers import DataCollatorForSeq2Seq, ProgressCallback, Seq2SeqTrainer
-from transformers.trainer_pt_utils import LengthGroupedSampler, get_length_grouped_indices
+from torch.utils.data import DataLoader
+from transformers import DataCollatorForSeq2Seq, ProgressCallback, Seq2SeqTrainer, TrainerCallback
+from transformers.trainer_pt_utils import LengthGroupedSampler
+from transformers.trainer_utils import seed_worker
 from transformers.utils import logging
 
+from ..data.corpus import pair_lengths
+from ..errors import InputError
 from ..model.configuration_vanilla_transformer import max_new_tokens_for
 from ..model.pipeline_translation import check_tokenizer_fits_model
+from .batching import LengthSortedSampler, SeededLengthGroupedSampler, TokenBatchSampler, accumulation_steps_for
 from .progress import TrainingProgressCallback
 
 
@@ -40,23 +48,15 @@ class TranslationDataCollator(DataCollatorForSeq2Seq):
         return batch
 
 
-class SeededLengthGroupedSampler(LengthGroupedSampler):
-    """transformers' length-grouped sampler with an order that depends only on (seed, epoch).
+class _TokenBatchEpochs(TrainerCallback):
+    """Starts each epoch of the token batches from the step count. accelerate's data loader hands `set_epoch` on to a
+    batch sampler, but not through the wrappers of a run resumed mid-epoch under several processes."""
 
-    The stock one draws from the global RNG, so a run resumed after the first epoch sees other batches than the
-    uninterrupted run; here resuming reproduces it exactly.
-    """
+    def __init__(self, sampler: TokenBatchSampler, updates_per_epoch: int):
+        self.sampler, self.updates_per_epoch = sampler, updates_per_epoch
 
-    def __init__(self, *args, seed: int, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.seed, self.epoch = seed, 0
-
-    def set_epoch(self, epoch: int):
-        self.epoch = epoch
-
-    def __iter__(self):
-        generator = torch.Generator().manual_seed(self.seed + self.epoch)
-        return iter(get_length_grouped_indices(self.lengths, self.batch_size, generator=generator))
+    def on_epoch_begin(self, args, state, control, **kwargs):
+        self.sampler.set_epoch(state.global_step // self.updates_per_epoch)
 
 
 class TranslationTrainer(Seq2SeqTrainer):
@@ -65,7 +65,13 @@ class TranslationTrainer(Seq2SeqTrainer):
 
     - `Seq2SeqTrainer` gathers predictions with `accelerator.gather`, which keeps the examples that the distributed
       sampler repeats to fill the last batch; BLEU would count them twice. This gathers with `gather_for_metrics`.
-    - Length-grouped batches come from `SeededLengthGroupedSampler`, so that resumed runs see the same batches.
+    - With `max_tokens`, batches hold pairs of similar length up to that many padded source and target tokens
+      ([`TokenBatchSampler`]); with `tokens_per_update`, gradient accumulation is derived so that an update holds
+      about that many target tokens over all processes. The loss of an update is normalised by its real target
+      tokens over every process and accumulation step (transformers' `num_items_in_batch`), so two processes give
+      the losses of one process accumulating two batches. The log reports `target_tokens_per_update`.
+    - Otherwise length-grouped batches come from [`SeededLengthGroupedSampler`]. Both orders depend only on
+      (seed, epoch): resumed runs see the batches of the uninterrupted run.
     - A tokenizer (`processing_class`) that does not fit the model is refused before training starts.
     - Evaluation generates at most the paper's source length + 50 tokens per batch (as the translation pipeline does)
       unless `generation_max_length` or a generation argument sets a limit, and leaves the model's generation config
@@ -78,18 +84,97 @@ class TranslationTrainer(Seq2SeqTrainer):
     `label_smoothing_factor` also works but smooths over full logits outside the model, the slower route.
     """
 
-    def __init__(self, *args, max_train_minutes: float = 0, **kwargs):
+    def __init__(
+        self,
+        *args,
+        max_tokens: int | None = None,
+        tokens_per_update: int | None = None,
+        max_train_minutes: float = 0,
+        **kwargs,
+    ):
         super().__init__(*args, **kwargs)
+        if tokens_per_update and not max_tokens:
+            raise InputError("--tokens_per_update derives gradient accumulation for token batches: set --max_tokens.")
+        self.max_tokens, self.tokens_per_update = max_tokens, tokens_per_update
+        self._update_tokens = []  # target tokens of each update since the last log
         if self.processing_class is not None and hasattr(self.processing_class, "pad_token_id"):
             check_tokenizer_fits_model(self.processing_class, self.model.config)
         bar = next((c for c in self.callback_handler.callbacks if isinstance(c, ProgressCallback)), None)
         self.add_callback(TrainingProgressCallback(max_train_minutes, bar))
 
+    def get_train_dataloader(self) -> DataLoader:
+        """With `max_tokens`: a data loader over [`TokenBatchSampler`] batches, handed to accelerate, which gives
+        each process every `num_processes`-th batch. Sets the gradient accumulation of `tokens_per_update`."""
+        if not self.max_tokens:
+            return super().get_train_dataloader()
+        args = self.args
+        lengths = pair_lengths(self.train_dataset)
+        if self.tokens_per_update:
+            batches = len(TokenBatchSampler(*lengths, self.max_tokens, seed=args.seed))
+            args.gradient_accumulation_steps = accumulation_steps_for(
+                self.tokens_per_update, int(lengths[1].sum()), batches, args.world_size
+            )
+        per_update = args.world_size * args.gradient_accumulation_steps
+        sampler = TokenBatchSampler(*lengths, self.max_tokens, args.seed, batches_multiple=per_update)
+        if self.is_world_process_zero():
+            shapes = sampler.shapes()
+            logger.warning(
+                f"Token batches: {len(sampler):,} batches per epoch of at most {self.max_tokens:,} padded source and "
+                f"target tokens, {shapes['target'].mean():,.0f} real target tokens per batch on average "
+                f"({1 - shapes['target'].sum() / shapes['padded_target'].sum():.1%} padding); {args.world_size} "
+                f"process(es) x {args.gradient_accumulation_steps} accumulation step(s): about "
+                f"{shapes['target'].mean() * per_update:,.0f} target tokens per update"
+                + (f" (--tokens_per_update {self.tokens_per_update:,})." if self.tokens_per_update else ".")
+            )
+        for callback in [c for c in self.callback_handler.callbacks if isinstance(c, _TokenBatchEpochs)]:
+            self.remove_callback(callback)
+        self.add_callback(_TokenBatchEpochs(sampler, len(sampler) // per_update))
+        accepted = set(inspect.signature(self.model.forward).parameters) | {"labels"}
+        dataset = self.train_dataset.select_columns([c for c in self.train_dataset.column_names if c in accepted])
+        workers = args.dataloader_num_workers
+        loader = DataLoader(
+            dataset,
+            batch_sampler=sampler,
+            collate_fn=self.data_collator,
+            num_workers=workers,
+            pin_memory=args.dataloader_pin_memory,
+            persistent_workers=args.dataloader_persistent_workers and workers > 0,
+            prefetch_factor=args.dataloader_prefetch_factor if workers > 0 else None,
+            worker_init_fn=functools.partial(seed_worker, num_workers=workers, rank=args.process_index),
+        )
+        return self.accelerator.prepare(loader)
+
     def _get_train_sampler(self, train_dataset=None):
+        train_dataset = train_dataset if train_dataset is not None else self.train_dataset
+        if self.args.train_sampling_strategy == "group_by_length" and {"input_ids", "labels"} <= set(
+            train_dataset.column_names
+        ):
+            batch_size = self.args.train_batch_size * self.args.gradient_accumulation_steps
+            lengths = np.add(*pair_lengths(train_dataset))  # source + target tokens, as the `length` column
+            return SeededLengthGroupedSampler(batch_size, lengths, seed=self.args.seed)
         sampler = super()._get_train_sampler(train_dataset)
         if type(sampler) is LengthGroupedSampler:
-            sampler = SeededLengthGroupedSampler(sampler.batch_size, lengths=sampler.lengths, seed=self.args.seed)
+            sampler = SeededLengthGroupedSampler(sampler.batch_size, sampler.lengths, seed=self.args.seed)
         return sampler
+
+    def _get_eval_sampler(self, eval_dataset):
+        if self.max_tokens and eval_dataset is not None and "input_ids" in eval_dataset.column_names:
+            return LengthSortedSampler(pair_lengths(eval_dataset)[0])  # generation batches of similar lengths
+        return super()._get_eval_sampler(eval_dataset)
+
+    def get_batch_samples(self, epoch_iterator, num_batches, device):
+        batch_samples, num_items_in_batch = super().get_batch_samples(epoch_iterator, num_batches, device)
+        if num_items_in_batch is not None:
+            self._update_tokens.append(num_items_in_batch)
+        return batch_samples, num_items_in_batch
+
+    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
+        if "loss" in logs and self._update_tokens:
+            logs["target_tokens_per_update"] = round(
+                sum(map(float, self._update_tokens)) / len(self._update_tokens), 1
+            )
+            self._update_tokens = []
+        super().log(logs, start_time)
 
     def evaluation_loop(self, *args, **kwargs):
         self.gather_function = self.accelerator.gather_for_metrics

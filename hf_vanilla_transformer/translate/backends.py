@@ -17,7 +17,6 @@ from pathlib import Path
 import torch
 from transformers import (
     AutoConfig,
-    AutoModelForSeq2SeqLM,
     AutoTokenizer,
     GenerationConfig,
     LogitsProcessor,
@@ -25,10 +24,12 @@ from transformers import (
 )
 from transformers.utils import logging
 
-from ..data.folders import resolve_model
+from ..data.folders import check_translation_folder, load_translation_model, resolve_model
+from ..data.trained_on import trained_on
 from ..errors import InputError
 from ..model.configuration_vanilla_transformer import MAX_LEN_A, MAX_LEN_B, VanillaTransformerConfig
 from ..model.pipeline_translation import check_tokenizer_fits_model, max_source_length
+from .decoding import decode, supported
 
 
 logger = logging.get_logger(__name__)
@@ -129,10 +130,13 @@ class TorchBackend:
         self.eos_ids = set(eos if isinstance(eos, list) else [eos])
         self.input_limit = max_source_length(tokenizer, model.config)
         self.max_position_embeddings = getattr(model.config, "max_position_embeddings", None)
+        self.trained_on = trained_on(generation_config)
         self.default_length_rule = default_length_rule(generation_config)
         self.length_penalty = _length_penalty(generation_config)
         self.generation_config = copy.deepcopy(generation_config)
         self.generation_config.max_length = self.generation_config.max_new_tokens = None  # set per batch
+        # Deterministic decoding drops finished sentences from the batch (decoding.py); the rest is generate()'s.
+        self.own_search = supported(model, self.generation_config)
 
     @torch.inference_mode()
     def generate(
@@ -144,6 +148,15 @@ class TorchBackend:
         input_ids = torch.tensor([s + [pad] * (length - len(s)) for s in sources], device=self.device)
         attention_mask = torch.tensor([[1] * len(s) + [0] * (length - len(s)) for s in sources], device=self.device)
         config = self.generation_config
+        if self.own_search:
+            decoded = decode(self.model, input_ids, attention_mask, limits, config, self.nbest)
+            return [
+                [
+                    Hypothesis(ids, token_scores if scores else [], not ids or ids[-1] not in self.eos_ids)
+                    for ids, token_scores in hypotheses
+                ]
+                for hypotheses in decoded
+            ]
         num_beams = config.num_beams or 1
         if config.do_sample:
             torch.manual_seed(seed)
@@ -197,9 +210,10 @@ def load_torch_backend(
     if int8 and (device.type != "cpu" or dtype != "float32"):
         raise InputError("--int8 is PyTorch's dynamic quantization for CPUs: use it with --device cpu and float32.")
     if isinstance(model, str):
-        name = resolve_model(model)
-        tokenizer = tokenizer or AutoTokenizer.from_pretrained(name, trust_remote_code=trust_remote_code)
-        model = AutoModelForSeq2SeqLM.from_pretrained(name, dtype=DTYPES[dtype], trust_remote_code=trust_remote_code)
+        name, model = model, load_translation_model(model, dtype=DTYPES[dtype], trust_remote_code=trust_remote_code)
+        tokenizer = tokenizer or AutoTokenizer.from_pretrained(
+            resolve_model(name), trust_remote_code=trust_remote_code
+        )
     elif tokenizer is None:
         raise ValueError("A model object needs its `tokenizer`.")
     check_tokenizer_fits_model(tokenizer, model.config)
@@ -243,11 +257,17 @@ class CTranslate2Backend:
 
         self.translator, self.tokenizer, self.nbest = translator, tokenizer, nbest
         self.input_limit = self.max_position_embeddings = limit
+        self.trained_on = trained_on(generation_config)
         self.default_length_rule = default_length_rule(generation_config)
         self.length_penalty = _length_penalty(generation_config)
-        # Long lines are split before they get here (max_input_length=0: no truncation); EOS shows who ended.
+        # Long sentences are split before they get here (max_input_length=0: no truncation); EOS shows who ended;
+        # max_decoding_length is each sentence's own, set in generate().
         self.options = translate_options(
-            generation_config, num_hypotheses=nbest, max_input_length=0, return_end_token=True
+            generation_config,
+            num_hypotheses=nbest,
+            max_input_length=0,
+            return_end_token=True,
+            max_decoding_length=None,
         )
 
     def generate(self, sources: list[list[int]], limits: list[int], scores: bool = True, seed: int = 0):
@@ -289,6 +309,7 @@ def load_ctranslate2_backend(
     except ImportError:
         raise InputError("--backend ctranslate2 needs CTranslate2: pip install ctranslate2") from None
     folder = Path(resolve_model(model_name))
+    check_translation_folder(str(folder), ctranslate2=True)
     if not folder.is_dir():
         raise InputError(f"--backend ctranslate2 needs a local model folder, got the Hub id {model_name!r}.")
     source = folder

@@ -8,7 +8,8 @@ from ..errors import CommandParser
 
 GENERATION_OPTIONS = ("num_beams", "length_penalty", "early_stopping", "do_sample", "temperature", "top_k", "top_p")
 DESCRIPTION = """Translate text files with any AutoModelForSeq2SeqLM folder: one output line per input line, in order,
-in length-sorted token-budget batches, resumable (--resume), across processes under accelerate launch."""
+each line split into sentences and translated sentence by sentence, in length-sorted token-budget batches, resumable
+(--resume), across processes under accelerate launch."""
 
 
 def build_parser(prog: str) -> argparse.ArgumentParser:
@@ -22,6 +23,22 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     parser.add_argument("--overwrite", action="store_true", help="replace an existing --output")
     parser.add_argument("--format", default="text", choices=FORMATS, dest="output_format")
     parser.add_argument("--nbest", type=int, default=1, help="hypotheses per line (jsonl and fairseq formats)")
+    text = parser.add_argument_group("sentences")
+    text.add_argument(
+        "--split_sentences",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="split each line into sentences, translate them one by one and join their translations on one line "
+        "(default). --no-split_sentences translates each line as one sentence, as the translation pipeline does: for "
+        "input that is already one sentence per line and must stay so (a test set scored line by line against its "
+        "references), or a model trained on multi-sentence segments. A sentence longer than the model was trained "
+        "on is split at clause punctuation either way.",
+    )
+    text.add_argument(
+        "--source_lang",
+        help="language of the input (de, en, ...) for the sentence rules, e.g. whether '3. Oktober' is an ordinal "
+        "(default: the source language the model's folder records from training, else rules common to all)",
+    )
     decoding = parser.add_argument_group("decoding (default: the model's generation config)")
     decoding.add_argument("--num_beams", type=int)
     decoding.add_argument("--length_penalty", type=float)
@@ -78,6 +95,8 @@ def main(argv: list[str], prog: str) -> int:
         int8=args.int8,
         compute_type=args.compute_type,
         trust_remote_code=args.trust_remote_code,
+        split_sentences=args.split_sentences,
+        source_lang=args.source_lang,
     )
     try:
         translate_file(

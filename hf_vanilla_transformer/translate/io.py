@@ -1,10 +1,9 @@
-"""Files and records of `hf_vanilla_transformer.translate.translator`: reading inputs line by line with errors that name the file
-and line, splitting lines too long for a model, length-sorted batches, the output formats, and the resume state."""
+"""Files and records of `hf_vanilla_transformer.translate.translator`: reading inputs line by line with errors that
+name the file and line, length-sorted batches, the output formats, and the resume state."""
 
 import json
 import math
 import os
-import re
 import sys
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -14,9 +13,6 @@ from ..errors import InputError
 
 
 FORMATS = ("text", "jsonl", "fairseq")
-# A sentence ends at . ! ? or an ellipsis and any closing quotes or brackets, followed by a space (CJK stops: or not).
-CLOSING = "\"'”’»)\\]」』）"
-SENTENCE_END = re.compile(rf"[.!?…][{CLOSING}]*\s+|[。！？][{CLOSING}]*\s*")
 
 
 @dataclass
@@ -32,7 +28,7 @@ class TextHypothesis:
 class LineTranslation:
     source: str
     hypotheses: list[TextHypothesis]  # the n best; none for a blank line
-    parts: int  # pieces translated: 0 for a blank line, more than 1 for a line split to fit the model
+    parts: int  # pieces translated: 0 for a blank line, more than 1 for several sentences or a sentence split to fit
 
 
 # ------------------------------------------------------------------------------------------------------- input
@@ -110,45 +106,7 @@ def windows(lines: Iterable[str], size: int) -> Iterator[list[str]]:
         raise error
 
 
-# ------------------------------------------------------------------------------------------ splitting, batches
-
-
-def split_to_fit(text: str, fits) -> list[str]:
-    """Pieces of `text` that each `fits`: as many whole sentences as fit, then whole words, then characters for a
-    word too long by itself. Each piece is the longest that fits, found by bisection (a few tokenizer calls per
-    piece); pieces are slices of `text`, so their spacing is the original's."""
-    return [piece for piece in _split(text, fits, 0) if piece]
-
-
-UNITS = (  # sentences, words, characters: each a list of slices that concatenate to the text
-    lambda text: [text[i:j] for i, j in _sentence_bounds(text) if i < j],
-    lambda text: re.findall(r"\s*\S+\s*", text),
-    list,
-)
-
-
-def _sentence_bounds(text: str):
-    ends = [m.end() for m in SENTENCE_END.finditer(text)]
-    return zip([0, *ends], [*ends, len(text)])
-
-
-def _split(text: str, fits, level: int) -> list[str]:
-    if fits(text.strip()):
-        return [text.strip()]
-    if level == len(UNITS):
-        raise InputError(f"Cannot split {text!r} into pieces that the model accepts.")
-    units = UNITS[level](text)
-    if len(units) <= 1:
-        return _split(text, fits, level + 1)
-    pieces, start = [], 0
-    while start < len(units):
-        low, high = start + 1, len(units)  # the largest end with fits(units[start:end]); at least one unit
-        while low < high:
-            middle = (low + high + 1) // 2
-            low, high = (middle, high) if fits("".join(units[start:middle]).strip()) else (low, middle - 1)
-        pieces += _split("".join(units[start:low]), fits, level + 1)
-        start = low
-    return pieces
+# ----------------------------------------------------------------------------------------------------- batches
 
 
 def make_batches(lengths: list[int], max_tokens: int | None, batch_size: int | None) -> list[list[int]]:

@@ -1,5 +1,5 @@
-"""Translate big files with any `AutoModelForSeq2SeqLM`: streamed, length-sorted token-budget batches, results in
-input order, n-best lists with scores, resumable, sharded across processes.
+"""Translate big files with any `AutoModelForSeq2SeqLM`: lines split into sentences, streamed, length-sorted
+token-budget batches, results in input order, n-best lists with scores, resumable, sharded across processes.
 
     hf-vanilla-transformer translate --model outputs/demo-de-en input.de --output output.en
     accelerate launch -m hf_vanilla_transformer translate --model ... input.de --output output.en
@@ -33,9 +33,9 @@ from .io import (
     read_lines,
     resume_point,
     save_state,
-    split_to_fit,
     windows,
 )
+from .sentences import join, segments, split_sentences
 
 
 logger = logging.get_logger(__name__)
@@ -45,7 +45,12 @@ DEFAULT_BUFFER_SIZE = 10_000
 
 
 class Translator:
-    """A backend with its tokenizer, the n-best size and the length limit per sentence.
+    """A backend with its tokenizer, the n-best size, the length limit per sentence, and how lines become sentences.
+
+    Each line is split into sentences (`split_sentences=False`: a line is one sentence) by the rules of `source_lang`
+    (default: the language the model was trained on, as its folder records; see `sentences`), and a sentence longer
+    than `max_source_tokens` into pieces that fit: the length the model was trained on where its folder records it
+    (`data.trained_on`), else the longest the model and tokenizer accept.
 
     The limit follows fairseq's `--max-len-a/--max-len-b`: at most int(a * source tokens + b) new tokens (EOS included
     if the model ends the translation there), where the source tokens include EOS. fairseq applies it per batch with
@@ -56,7 +61,13 @@ class Translator:
     """
 
     def __init__(
-        self, backend, max_len_a: float | None = None, max_len_b: int | None = None, settings: dict | None = None
+        self,
+        backend,
+        max_len_a: float | None = None,
+        max_len_b: int | None = None,
+        settings: dict | None = None,
+        split_sentences: bool = True,
+        source_lang: str | None = None,
     ):
         if (max_len_a is not None and max_len_a < 0) or (max_len_b is not None and max_len_b < 0):
             raise InputError(f"--max_len_a and --max_len_b must be >= 0, got {max_len_a} and {max_len_b}.")
@@ -65,6 +76,10 @@ class Translator:
         self.max_len_a = (default_a if max_len_b is None else 0.0) if max_len_a is None else max_len_a
         self.max_len_b = default_b if max_len_b is None else max_len_b
         self.settings = settings or {}
+        self.split_sentences = split_sentences
+        self.source_lang = source_lang or backend.trained_on.source_lang
+        self.trained_length = backend.trained_on.max_source_length
+        self.max_source_tokens = backend.trained_on.source_limit(backend.input_limit)
 
     def limit(self, source_length: int) -> int:
         limit = max_new_tokens_for(source_length, self.backend.max_position_embeddings, self.max_len_a, self.max_len_b)
@@ -75,23 +90,37 @@ class Translator:
             )
         return limit
 
-    def encode(self, lines: list[str]) -> list[list[list[int]]]:
-        """Per line, its token ids in pieces that fit the model: one piece, none for a blank line, more for a line
-        longer than the model accepts (see `split_to_fit`)."""
-        limit = self.backend.input_limit
-        pieces = []
-        for line, ids in zip(lines, self.tokenizer(lines)["input_ids"]):
-            if not line.strip():
-                pieces.append([])
-            elif limit is None or len(ids) <= limit:
-                pieces.append([ids])
-            else:
-                parts = split_to_fit(line, lambda piece: len(self.tokenizer(piece)["input_ids"]) <= limit)
-                pieces.append(self.tokenizer(parts)["input_ids"])
-        return pieces
+    def encode(self, lines: list[str]) -> list["LinePieces"]:
+        """Each line's pieces to translate (none for a blank line; see `sentences.segments`)."""
+        limit, known = self.max_source_tokens, {}
+        sentences = {
+            s
+            for line in lines
+            for s in (split_sentences(line, self.source_lang) if self.split_sentences else [line.strip()])
+        }
+        sentences = sorted(s for s in sentences if s)
+        known.update(zip(sentences, self.tokenizer(sentences)["input_ids"] if sentences else []))
 
-    def decode(self, lines: list[str], parts: list[list[list[Hypothesis]]]) -> list[LineTranslation]:
-        """Each line with the texts of its n best; a split line's k-th hypothesis joins its parts' k-th hypotheses."""
+        def ids(piece: str) -> list[int]:
+            if piece not in known:
+                known[piece] = self.tokenizer(piece)["input_ids"]
+            return known[piece]
+
+        def fits(piece: str) -> bool:
+            return limit is None or len(ids(piece)) <= limit
+
+        encoded = []
+        for line in lines:
+            pieces, too_long = segments(line, fits, self.source_lang, self.split_sentences)
+            texts = [piece for _, piece in pieces]
+            encoded.append(LinePieces([separator for separator, _ in pieces], texts, list(map(ids, texts)), too_long))
+        return encoded
+
+    def decode(
+        self, lines: list[str], encoded: list["LinePieces"], parts: list[list[list[Hypothesis]]]
+    ) -> list[LineTranslation]:
+        """Each line with the texts of its n best; the k-th hypothesis of a line of several pieces joins its pieces'
+        k-th hypotheses with the whitespace between the pieces (`sentences.join`)."""
         flat = [h for line_parts in parts for hypotheses in line_parts for h in hypotheses]
         texts = iter(
             self.tokenizer.batch_decode(
@@ -99,7 +128,7 @@ class Translator:
             )
         )  # the pipeline's decoding, for the same text
         translations = []
-        for line, line_parts in zip(lines, parts):
+        for line, pieces, line_parts in zip(lines, encoded, parts):
             decoded = [[next(texts) for _ in hypotheses] for hypotheses in line_parts]
             results = []
             for k, joined in enumerate(zip(*line_parts)):
@@ -107,7 +136,7 @@ class Translator:
                 token_scores = [s for h in joined for s in h.token_scores]
                 results.append(
                     TextHypothesis(
-                        " ".join(part[k] for part in decoded),
+                        join(pieces.separators, [part[k] for part in decoded]),
                         self.tokenizer.convert_ids_to_tokens(ids),
                         token_scores,
                         sequence_score(token_scores, self.backend.length_penalty) if token_scores else None,
@@ -116,6 +145,16 @@ class Translator:
                 )
             translations.append(LineTranslation(line, results, len(line_parts)))
         return translations
+
+
+@dataclass
+class LinePieces:
+    """What of a line goes to the model: its pieces (sentences, or parts of a sentence too long for the model)."""
+
+    separators: list[str]  # the whitespace before each piece in the line ("" for the first)
+    texts: list[str]
+    ids: list[list[int]]
+    split_sentences: int  # sentences longer than the translator's max_source_tokens, cut into several pieces
 
 
 def load_translator(
@@ -132,11 +171,14 @@ def load_translator(
     int8: bool = False,
     compute_type: str = "default",
     trust_remote_code: bool = False,
+    split_sentences: bool = True,
+    source_lang: str | None = None,
 ) -> Translator:
     """Load `model` for translation: a folder or a Hub id, or (PyTorch) a model object with its `tokenizer`.
 
     `generation` overrides its generation config (`num_beams`, `length_penalty`, `do_sample`, `temperature`, `top_k`,
-    `top_p`, ...; None values are ignored). The other arguments are the command's options of the same names.
+    `top_p`, ...; None values are ignored). `split_sentences` and `source_lang` are `Translator`'s. The other
+    arguments are the command's options of the same names.
     """
     if nbest < 1:
         raise InputError(f"--nbest must be at least 1, got {nbest}.")
@@ -156,7 +198,8 @@ def load_translator(
         model=name, backend=backend, generation=generation, nbest=nbest, max_len_a=max_len_a, max_len_b=max_len_b
     )
     settings.update(dtype=dtype, int8=int8) if backend == "torch" else settings.update(compute_type=compute_type)
-    return Translator(engine, max_len_a, max_len_b, settings)
+    settings.update(split_sentences=split_sentences, source_lang=source_lang)
+    return Translator(engine, max_len_a, max_len_b, settings, split_sentences, source_lang)
 
 
 # ------------------------------------------------------------------------------------------------- translating
@@ -166,7 +209,7 @@ def load_translator(
 class TranslationStats:
     lines: int = 0
     generated_tokens: int = 0  # of the best hypotheses
-    split_lines: int = 0
+    split_sentences: int = 0  # longer than the translator's max_source_tokens, translated in pieces
     reached_length_limit: int = 0  # hypotheses
     seconds: float = 0.0
 
@@ -229,14 +272,14 @@ def translate_windows(
     rank, world = process_group()
     progress = progress or Progress()
     for index, window in enumerate(windows(lines, buffer_size)):
-        pieces = translator.encode(window)
-        segments = [(i, ids) for i, line_pieces in enumerate(pieces) for ids in line_pieces]
-        batches = make_batches([len(ids) for _, ids in segments], max_tokens, batch_size)
+        encoded = translator.encode(window)
+        pieces = [(i, ids) for i, line in enumerate(encoded) for ids in line.ids]
+        batches = make_batches([len(ids) for _, ids in pieces], max_tokens, batch_size)
         results, window_start = {}, progress.stats.lines
         for number, batch in enumerate(batches):
             if number % world != rank:
                 continue
-            sources = [segments[j][1] for j in batch]
+            sources = [pieces[j][1] for j in batch]
             hypotheses = translator.backend.generate(
                 sources,
                 [translator.limit(len(s)) for s in sources],
@@ -244,7 +287,7 @@ def translate_windows(
                 seed=seed + 1_000_003 * (first_line + index * buffer_size) + number,
             )
             results.update(zip(batch, hypotheses))
-            progress.advance(sum(1 / len(pieces[segments[j][0]]) for j in batch), _generated(hypotheses))
+            progress.advance(sum(1 / len(encoded[pieces[j][0]].ids) for j in batch), _generated(hypotheses))
         if world > 1:
             gathered = [None] * world if rank == 0 else None
             torch.distributed.gather_object(results, gathered, dst=0)
@@ -255,12 +298,12 @@ def translate_windows(
             results = {k: v for part in gathered for k, v in part.items()}
             progress.advance(0, _generated(results.values()) - own)
         by_line = [[] for _ in window]
-        for j, (i, _) in enumerate(segments):
+        for j, (i, _) in enumerate(pieces):
             by_line[i].append(results[j])
-        translations = translator.decode(window, by_line)
+        translations = translator.decode(window, encoded, by_line)
         progress.stats.lines = window_start + len(window)
         progress.advance(progress.stats.lines - progress.lines, 0)  # blank lines, other processes' batches
-        progress.stats.split_lines += sum(t.parts > 1 for t in translations)
+        progress.stats.split_sentences += sum(line.split_sentences for line in encoded)
         progress.stats.reached_length_limit += sum(h.reached_length_limit for t in translations for h in t.hypotheses)
         yield translations
 
@@ -349,7 +392,7 @@ def translate_file(
     stats = progress.stats
     stats.seconds = time.perf_counter() - progress.start
     if rank == 0:
-        _warn(stats)
+        _warn(stats, translator)
     return stats
 
 
@@ -359,11 +402,12 @@ def _progress_bar(total: int | None, done: int):
     return tqdm(total=total, initial=done, unit="sent", file=sys.stderr, dynamic_ncols=True, smoothing=0.1)
 
 
-def _warn(stats: TranslationStats) -> None:
-    if stats.split_lines:
+def _warn(stats: TranslationStats, translator: Translator) -> None:
+    if stats.split_sentences:
+        learned = "was trained on" if translator.trained_length == translator.max_source_tokens else "accepts"
         logger.warning(
-            f"{stats.split_lines} line(s) were longer than the model accepts: each was split at sentence boundaries "
-            "(or, for a sentence too long by itself, between words), translated in parts and joined."
+            f"{stats.split_sentences} sentence(s) were longer than the {translator.max_source_tokens} tokens the model "
+            f"{learned}: each was split at clause punctuation (or between words), translated in parts and joined."
         )
     if stats.reached_length_limit:
         logger.warning(

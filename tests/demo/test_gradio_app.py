@@ -22,6 +22,7 @@ from hf_vanilla_transformer import cli  # noqa: E402
 from hf_vanilla_transformer.data.corpus import BUNDLED_CORPUS  # noqa: E402
 from hf_vanilla_transformer.demo.attention import attention_maps  # noqa: E402
 from hf_vanilla_transformer.demo.gradio_app import MAX_CHARACTERS, build_demo, heatmap_image, write_space  # noqa: E402
+from hf_vanilla_transformer.translate.translator import load_translator, translate_lines  # noqa: E402
 from tests.helpers import (  # noqa: E402
     DEMO_SENTENCES,
     free_port,  # noqa: E402
@@ -63,9 +64,9 @@ def client(model_dir):
         demo.close()
 
 
-def translate(client, text, num_beams=1, n_best=1, *selection):
-    target, n_best_text, heatmap, message = client.predict(
-        text, num_beams, n_best, *(selection or DEFAULTS), api_name="/translate"
+def translate(client, text, num_beams=1, n_best=1, *selection, split_sentences=True):
+    target, n_best_text, heatmap, _, message = client.predict(
+        text, num_beams, n_best, split_sentences, *(selection or DEFAULTS), api_name="/translate"
     )
     return target, n_best_text, heatmap, message
 
@@ -97,14 +98,29 @@ def test_n_best_longer_than_the_beam_is_cut_with_a_note(client):
         ("?!? ... !!", "The text has no letters or digits: please type a German sentence."),
         ("PK\x03\x04\x00binary", "The text contains control characters (binary data?): please send plain text."),
         ("Hallo " * 400, f"The text is too long (2400 characters; at most {MAX_CHARACTERS}): please shorten it."),
-        ("Wo ist der Bahnhof? " * 40, "tokens; this model translates at most 128): please shorten it."),
     ],
-    ids=["empty", "blank", "no-letters", "binary", "too-many-characters", "too-many-tokens"],
+    ids=["empty", "blank", "no-letters", "binary", "too-many-characters"],
 )
 def test_bad_input_gets_a_message_not_an_error(client, text, expected):
     target, n_best_text, heatmap, message = translate(client, text)
     assert (target, n_best_text, heatmap) == ("", "", None)
     assert expected in message
+
+
+def test_a_text_of_several_lines_and_sentences_is_translated_sentence_by_sentence(client, model_dir, reference):
+    lines = [" ".join(DEMO_SENTENCES[:3]), "", f"{DEMO_SENTENCES[3]}  {DEMO_SENTENCES[0]}"]
+    translator = load_translator(str(model_dir), device="cpu", generation={"num_beams": 2})
+    alone = [t.hypotheses[0].text for t in translate_lines(DEMO_SENTENCES, translator)]
+    target, n_best_text, heatmap, message = translate(client, "\n".join(lines), 2)
+    assert target == f"{alone[0]} {alone[1]} {alone[2]}\n\n{alone[3]}  {alone[0]}" and message == ""
+    assert n_best_text == f"1. {alone[0]} {alone[1]} {alone[2]} {alone[3]}  {alone[0]}"
+    assert Image.open(heatmap).size[0] > 100
+    # Forty sentences in one line: forty translations (the model alone takes at most 128 tokens).
+    target, *_, message = translate(client, " ".join([DEMO_SENTENCES[0]] * 40))
+    greedy = load_translator(str(model_dir), device="cpu", generation={"num_beams": 1})
+    assert target == " ".join([next(translate_lines(DEMO_SENTENCES[:1], greedy)).hypotheses[0].text] * 40)
+    (whole, _, _, message) = translate(client, " ".join(DEMO_SENTENCES[:2]), split_sentences=False)
+    assert whole == attention_maps(*reference, " ".join(DEMO_SENTENCES[:2]), num_beams=1).translation
 
 
 def test_heatmap_selection_draws_one_layer_and_head_or_the_average(reference):
@@ -124,10 +140,10 @@ def test_twenty_simultaneous_requests_all_come_back_correct(client, reference):
             if len(texts) < 20 and len(line) < 120:
                 texts.append(json.loads(line)["translation"]["de"])
     expected = [attention_maps(model, tokenizer, text, num_beams=2).translation for text in texts]
-    jobs = [client.submit(text, 2, 1, *DEFAULTS, api_name="/translate") for text in texts]
+    jobs = [client.submit(text, 2, 1, True, *DEFAULTS, api_name="/translate") for text in texts]
     results = [job.result(timeout=300) for job in jobs]
     assert [result[0] for result in results] == expected
-    assert all(result[3] == "" for result in results)
+    assert all(result[-1] == "" for result in results)
 
 
 def test_write_space_with_the_model_files_runs_from_its_own_folder(model_dir, tmp_path):

@@ -10,6 +10,7 @@ from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
 from hf_vanilla_transformer import cli
 from hf_vanilla_transformer.demo.attention import attention_maps
+from hf_vanilla_transformer.translate.translator import load_translator, translate_lines
 from tests.helpers import (
     DEMO_SENTENCES,
     chrome,
@@ -72,7 +73,10 @@ def gradio_url(model_dir):
 
 def type_into(element, text):
     element.clear()
-    element.send_keys(text)
+    if "\n" in text:  # Enter would press the page's translate key
+        element.parent.execute_script("arguments[0].value = arguments[1]", element, text)
+    else:
+        element.send_keys(text)
 
 
 def test_gradio_page_translates_and_draws_the_heatmap(browser, gradio_url, reference):
@@ -119,10 +123,13 @@ def static_page(model_dir, tmp_path_factory):
         yield folder, url
 
 
-def test_static_page_translates_like_pytorch_greedy_from_local_files_only(browser, static_page, reference):
+def test_static_page_translates_like_pytorch_greedy_from_local_files_only(browser, static_page, reference, model_dir):
     folder, url = static_page
     model, tokenizer = reference
-    max_new_tokens = json.loads((folder / "demo.json").read_text())["max_new_tokens"]
+    settings = json.loads((folder / "demo.json").read_text())
+    assert settings["max_new_tokens"] == [24] * (128 + 1)  # the model's own limit; it accepts 128 tokens
+    greedy = load_translator(str(model_dir), device="cpu", generation={"num_beams": 1})
+    assert settings["max_source_tokens"] == greedy.max_source_tokens == 128
     wait = WebDriverWait(browser, 180)
     requested_urls(browser)  # clears the log
     browser.get(url)
@@ -141,10 +148,12 @@ def test_static_page_translates_like_pytorch_greedy_from_local_files_only(browse
     )
     assert browser_ids == tokenizer(STATIC_PAGE_SENTENCES)["input_ids"]
     source, target = browser.find_element(By.ID, "source"), browser.find_element(By.ID, "target")
-    for text in STATIC_PAGE_SENTENCES:
-        inputs = tokenizer(text, return_tensors="pt", return_token_type_ids=False)
-        ids = model.generate(**inputs, num_beams=1, do_sample=False, max_new_tokens=max_new_tokens)[0]
-        expected = tokenizer.decode(ids, skip_special_tokens=True)
+    paragraph = f"{' '.join(STATIC_PAGE_SENTENCES[:3])}\n\n{STATIC_PAGE_SENTENCES[3]}  {STATIC_PAGE_SENTENCES[4]}"
+    for text in [*STATIC_PAGE_SENTENCES, paragraph]:
+        # As the translate command does it (sentence by sentence, line by line), greedily.
+        expected = "\n".join(
+            t.hypotheses[0].text if t.hypotheses else "" for t in translate_lines(text.split("\n"), greedy)
+        )
         type_into(source, text)
         browser.execute_script("arguments[0].dataset.state = ''", target)
         browser.find_element(By.ID, "translate").click()

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from transformers import GenerationConfig
 
 
 ctranslate2 = pytest.importorskip("ctranslate2", reason="ctranslate2 is in the `dev` extra: pip install -e .[dev]")
@@ -186,9 +187,23 @@ def test_translate_options():
     config.max_new_tokens = 10
     assert translate_options(config)["max_decoding_length"] == 10
     with pytest.raises(ValueError, match="early_stopping"):
-        translate_options(tiny_config().paper_generation_config(early_stopping=False))
+        translate_options(tiny_config().paper_generation_config(early_stopping=False), 10)
     with pytest.raises(ValueError, match="do_sample"):
-        translate_options(tiny_config().paper_generation_config(do_sample=True))
+        translate_options(tiny_config().paper_generation_config(do_sample=True), 10)
+
+
+def test_translate_options_without_a_limit_in_the_config_carry_the_papers_rule(tmp_path):
+    """Trained folders set no length: the limit follows the batch's longest source (+ 50, within the positions), never
+    transformers' default of 20 tokens."""
+    saved_model(tmp_path / "model").config.paper_generation_config().save_pretrained(tmp_path / "model")
+    export = export_ctranslate2(tmp_path / "model", tmp_path / "ct2")
+    config = GenerationConfig.from_pretrained(export)
+    assert config.max_length is None and config.max_new_tokens is None
+    assert translate_options(config, 12)["max_decoding_length"] == 62
+    assert translate_options(config, 30, max_position_embeddings=64)["max_decoding_length"] == 63
+    assert translate_options(config, max_decoding_length=7)["max_decoding_length"] == 7
+    with pytest.raises(ValueError, match="pass `source_length`"):
+        translate_options(config)
 
 
 @pytest.mark.slow

@@ -14,7 +14,7 @@ from transformers import (
 
 from hf_vanilla_transformer.errors import InputError
 from hf_vanilla_transformer.training.checkpoints import average_checkpoints, last_checkpoints
-from tests.helpers import PAIRS, ROOT, TINY_MODEL, logged_losses, run_training, write_jsonl
+from tests.helpers import PAIRS, ROOT, TINY_MODEL, logged, logged_losses, run_distributed, run_training, write_jsonl
 
 
 @pytest.fixture(scope="module")
@@ -247,3 +247,106 @@ def test_two_processes_train_and_evaluate_like_one_with_the_same_global_batch(tm
         assert losses_two[step] == pytest.approx(losses_one[step], rel=1e-4), step
     assert one["test"]["num_samples"] == two["test"]["num_samples"] == 7  # every pair scored once
     assert two["test"]["bleu"] == pytest.approx(one["test"]["bleu"], abs=1e-6)
+
+
+TOKEN_RUN = [
+    *TINY_MODEL, "--dropout", 0, "--logging_steps", 1, "--eval_strategy", "no", "--learning_rate", 3e-3,
+    "--warmup_steps", 2, "--use_cpu", "--max_tokens", 60, "--max_source_length", 30, "--max_target_length", 30,
+]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def varied_pairs(tmp_path_factory):
+    """48 pairs of 3 to 12 words: token batches of 60 tokens hold from 2 to 12 of them."""
+    pairs = [(" ".join([de] * (1 + i % 3)), " ".join([en] * (1 + i % 3))) for i in range(6) for de, en in PAIRS]
+    folder = tmp_path_factory.mktemp("varied")
+    for lang, side in (("de", 0), ("en", 1)):
+        (folder / f"train.{lang}").write_text("".join(pair[side] + "\n" for pair in pairs), encoding="utf-8")
+    return str(folder / "train")
+
+
+@pytest.mark.slow
+def test_two_processes_with_token_batches_give_the_losses_of_one_accumulating_two_and_resume_exactly(
+    tmp_path, varied_pairs
+):
+    common = ["--train_file", varied_pairs, *TOKEN_RUN, "--max_steps", 10, "--save_steps", 8]  # 6 updates an epoch
+    run_training("--output_dir", tmp_path / "one", *common, "--gradient_accumulation_steps", 2)
+    for name, steps in (("two", 10), ("cut", 8), ("cut", 10)):
+        resume = ["--resume_from_checkpoint", "last"] if (tmp_path / name).exists() else []
+        done = run_distributed("--output_dir", tmp_path / name, *common, "--max_steps", steps, *resume)
+        assert done.returncode == 0, done.stderr[-3000:]
+    one, two, cut = (logged(tmp_path / run, "loss") for run in ("one", "two", "cut"))
+    assert sorted(one) == sorted(two) == sorted(cut) == list(range(1, 11))
+    for step in one:  # the loss of an update: its real target tokens over both processes and accumulation steps
+        assert two[step] == pytest.approx(one[step], rel=1e-5, abs=1e-5), step
+        assert cut[step] == pytest.approx(two[step], rel=1e-6), step  # resumed after step 8: the same batches
+    tokens = logged(tmp_path / "one", "target_tokens_per_update")
+    assert tokens == logged(tmp_path / "two", "target_tokens_per_update") and min(tokens.values()) > 0
+    epochs = logged(tmp_path / "two", "epoch")
+    assert 1 < epochs[8] < 2  # the checkpoint was taken in the middle of the second epoch
+    report = json.loads((tmp_path / "two" / "metrics.json").read_text())["training"]
+    assert (report["world_size"], report["max_tokens"], report["gradient_accumulation_steps"]) == (2, 60, 1)
+
+
+@pytest.mark.slow
+def test_a_run_with_token_batches_resumed_mid_epoch_sees_the_batches_of_the_uninterrupted_run(tmp_path, varied_pairs):
+    common = ["--train_file", varied_pairs, *TOKEN_RUN, "--save_steps", 5]  # 11 batches per epoch
+    run_training("--output_dir", tmp_path / "full", *common, "--max_steps", 14)
+    run_training("--output_dir", tmp_path / "cut", *common, "--max_steps", 5)
+    run_training("--output_dir", tmp_path / "cut", *common, "--max_steps", 14, "--resume_from_checkpoint", "last")
+    full, resumed = logged(tmp_path / "full", "loss"), logged(tmp_path / "cut", "loss")
+    assert sorted(full) == sorted(resumed) == list(range(1, 15))
+    assert logged(tmp_path / "full", "epoch")[5] % 1 and logged(tmp_path / "full", "epoch")[14] > 1
+    for step in range(6, 15):
+        assert resumed[step] == pytest.approx(full[step], rel=1e-6), step
+
+
+def test_the_demos_settings_switch_off_with_a_users_corpus(tmp_path, capsys):
+    from hf_vanilla_transformer.recipes.translation import DEMO_STEPS, EXAMPLES, parse_args
+
+    _, _, recipe, training = parse_args([])
+    assert training.max_steps == DEMO_STEPS and recipe.translate == EXAMPLES
+    assert training.output_dir == "outputs/demo-de-en"
+    own = ["--train_file", "data/train.de", "data/train.en", "--num_train_epochs", "1"]
+    _, data, recipe, training = parse_args([*own, "--output_dir", str(tmp_path / "mine")])
+    assert training.max_steps == -1 and training.num_train_epochs == 1 and recipe.translate is None
+    assert data.train_file == ["data/train.de", "data/train.en"]
+    with pytest.raises(InputError, match=r"--output_dir: name the folder .* \(outputs/demo-de-en is the demo's\)"):
+        parse_args(own)
+    with pytest.raises(InputError, match="--validation_file and --test_file come with --train_file"):
+        parse_args(["--test_file", "data/test", "--output_dir", str(tmp_path / "x")])
+    _, _, recipe, _ = parse_args(["--paper_preset", "base"])  # the paper's batches
+    assert (recipe.max_tokens, recipe.tokens_per_update) == (4096, 25000)
+    _, _, recipe, _ = parse_args(["--paper_preset", "base", "--max_tokens", "0"])
+    assert (recipe.max_tokens, recipe.tokens_per_update) == (None, None)
+    with pytest.raises(SystemExit) as exit:
+        parse_args(["--max_tokens", "4096", "--tokens_per_updates", "25000"])
+    assert exit.value.code == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "hf-vanilla-transformer train translation: error: unrecognized arguments: --tokens_per_updates 25000 (see --help)"
+    ]
+
+
+@pytest.mark.slow
+def test_a_users_corpus_trains_its_epochs_and_its_long_pairs_are_counted(tmp_path):
+    long = [(" ".join([de] * 6), " ".join([en] * 6)) for de, en in PAIRS[:3]]  # 3 pairs over 16 source tokens
+    folder = tmp_path / "data"
+    folder.mkdir()
+    for lang, side in (("de", 0), ("en", 1)):
+        (folder / f"train.{lang}").write_text("".join(p[side] + "\n" for p in PAIRS * 2 + long), encoding="utf-8")
+    common = ["--train_file", folder / "train", *TINY_MODEL, "--per_device_train_batch_size", 4]
+    common += ["--num_train_epochs", 2, "--max_source_length", 16, "--max_target_length", 16]
+    run_training("--output_dir", tmp_path / "skip", *common)
+    report = json.loads((tmp_path / "skip" / "metrics.json").read_text())["training"]
+    assert report["long_pairs"]["train"] == {
+        "policy": "skip",
+        "source_too_long": 3,
+        "target_too_long": report["long_pairs"]["train"]["target_too_long"],
+        "skipped": 3,
+    }
+    assert report["train_samples"] == 16 and report["steps"] == 2 * 4  # 16 pairs in batches of 4, two epochs
+    run_training("--output_dir", tmp_path / "cut", *common, "--long_pairs", "truncate")
+    report = json.loads((tmp_path / "cut" / "metrics.json").read_text())["training"]
+    assert report["long_pairs"]["train"]["truncated"] == 3 and report["train_samples"] == 19
+    with pytest.raises(InputError, match=r"train pair 17 \('Guten Morgen! Guten Morgen!.*\) has \d+ source and"):
+        run_training("--output_dir", tmp_path / "error", *common, "--long_pairs", "error")

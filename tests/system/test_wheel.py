@@ -11,6 +11,7 @@ import zipfile
 
 import pytest
 
+from hf_vanilla_transformer.interop.onnx_runtime import transformers_js_folder
 from tests.helpers import ROOT
 
 
@@ -111,6 +112,8 @@ def test_the_wheel_holds_every_file_the_package_reads_and_works_in_a_fresh_envir
     assert "Wrote a Gradio Space" in hvt("demo", "--model", "demo", "--write_space", "--output_dir", "space")
     assert "Wrote" in hvt("plot", "attention", "--model", "demo", "--text", "Wo ist Tom?", "--output_dir", "maps")
     assert "Wrote" in hvt("plot", "positional-encoding", "--output", "pe.png")
+    if transformers_js_folder():  # installed by `bash scripts/setup.sh --dev`; the web-page tests say so if not
+        assert "Wrote the page" in hvt("web-page", "--model", "demo", "--output_dir", "page")
     lm = ["--output_dir", "lm", *SINGLE_STACK, *SHORT, "--eval_strategy", "no", "--prompts", "Tom"]
     assert "Perplexity" in hvt("train", "language-modeling", *lm)
     classifier = ["--output_dir", "classifier", *SINGLE_STACK, *SHORT, "--eval_strategy", "no"]

@@ -21,6 +21,7 @@ from transformers import AutoTokenizer, MarianConfig, MarianMTModel, PreTrainedT
 
 from hf_vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration, cli
 from hf_vanilla_transformer.data.folders import resolve_model
+from hf_vanilla_transformer.data.trained_on import TrainedOn
 from hf_vanilla_transformer.translate.backends import Hypothesis
 from hf_vanilla_transformer.translate.io import (
     InputError,
@@ -28,7 +29,6 @@ from hf_vanilla_transformer.translate.io import (
     TextHypothesis,
     format_translation,
     make_batches,
-    split_to_fit,
 )
 from hf_vanilla_transformer.translate.translator import Translator, load_translator, translate_file, translate_lines
 from tests.helpers import ROOT, SENTENCES, tiny_tokenizer
@@ -222,32 +222,37 @@ def test_a_model_without_a_length_limit_gets_the_source_length_plus_50_as_genera
     assert translator.limit(4) == 54 and translator.limit(80) == unlimited.config.max_position_embeddings - 1
 
 
-def test_split_to_fit_cuts_at_sentences_then_words_then_characters():
-    def fits(piece):
-        return len(piece) <= 12
+def test_lines_are_translated_sentence_by_sentence_and_joined_with_their_spacing(model_dir, translator, tmp_path):
+    sentences = [GERMAN[0], GERMAN[3], GERMAN[4]]
+    line = f"{sentences[0]}  {sentences[1]}\t{sentences[2]}"
+    alone = texts(translate_lines(sentences, translator))
+    (translation,) = translate_lines([line], translator)
+    assert translation.parts == 3 and translation.hypotheses[0].text == f"{alone[0]}  {alone[1]}\t{alone[2]}"
+    whole = load_translator(str(model_dir), device="cpu", split_sentences=False)
+    (as_one,) = translate_lines([line], whole)  # as the pipeline translates it: one sequence
+    expected = pipeline("translation", model=str(model_dir), device="cpu")(line)[0]["translation_text"]
+    assert as_one.parts == 1 and as_one.hypotheses[0].text == expected == alone[0]  # the rest is lost
+    source = write_lines(tmp_path / "in.de", [line, GERMAN[0]])
+    translate_file([str(source)], str(tmp_path / "out.jsonl"), translator, output_format="jsonl", quiet=True)
+    records = [json.loads(r) for r in (tmp_path / "out.jsonl").read_text().splitlines()]
+    assert records[0]["parts"] == 3 and "parts" not in records[1]
 
-    assert split_to_fit("Ja. Nein! Gut? Sehr gut.", fits) == ["Ja. Nein!", "Gut?", "Sehr gut."]
-    assert split_to_fit("eins zwei drei vier fünf", fits) == ["eins zwei", "drei vier", "fünf"]
-    assert split_to_fit("Donaudampfschifffahrt ok.", fits) == ["Donaudampfsc", "hifffahrt", "ok."]
-    assert split_to_fit("「一つ。」二つ。三つ！", lambda p: len(p) <= 6) == ["「一つ。」", "二つ。三つ！"]
-    assert split_to_fit("Eins.  Zwei.\tDrei vier.", lambda p: len(p) <= 12) == ["Eins.  Zwei.", "Drei vier."]
 
-
-def test_long_lines_are_split_translated_in_parts_and_joined_with_a_warning(model_and_tokenizer, model_dir, tmp_path):
+def test_sentences_longer_than_the_limit_are_split_at_clauses_and_counted(model_and_tokenizer, model_dir, tmp_path):
     model, _ = model_and_tokenizer
     short = AutoTokenizer.from_pretrained(model_dir, model_max_length=14)
     translator = load_translator(model, tokenizer=short, device="cpu")
     reference = load_translator(str(model_dir), device="cpu")
-    sentences = [GERMAN[0], GERMAN[3], GERMAN[4]]  # 13, 11 and 10 tokens: no two fit together in 14
-    line = " ".join(sentences)
-    assert 14 >= max(len(short(s)["input_ids"]) for s in sentences)
+    clauses = [GERMAN[1][:-1], GERMAN[3][:-1], GERMAN[5]]  # 10, 10 and 11 tokens: no two fit together in 14
+    line = ", ".join(clauses)
+    assert translator.max_source_tokens == 14 and 14 >= max(len(short(c)["input_ids"]) for c in clauses)
     (translation,) = translate_lines([line], translator)
     assert translation.parts == 3
-    assert translation.hypotheses[0].text == " ".join(texts(translate_lines(sentences, reference)))
-    source = write_lines(tmp_path / "in.de", [line, GERMAN[0]])
-    stats = translate_file([str(source)], str(tmp_path / "out.jsonl"), translator, output_format="jsonl", quiet=True)
-    records = [json.loads(r) for r in (tmp_path / "out.jsonl").read_text().splitlines()]
-    assert records[0]["parts"] == 3 and "parts" not in records[1] and stats.split_lines == 1
+    pieces = [clauses[0] + ",", clauses[1] + ",", clauses[2]]
+    assert translation.hypotheses[0].text == " ".join(texts(translate_lines(pieces, reference)))
+    source = write_lines(tmp_path / "in.de", [line, GERMAN[0], line])
+    stats = translate_file([str(source)], str(tmp_path / "out.en"), translator, quiet=True)
+    assert stats.split_sentences == 2
 
 
 class EchoBackend:
@@ -255,7 +260,7 @@ class EchoBackend:
 
     def __init__(self, tokenizer):
         self.tokenizer, self.nbest, self.input_limit, self.max_position_embeddings = tokenizer, 1, None, None
-        self.default_length_rule, self.length_penalty = (0.0, 64), 1.0
+        self.default_length_rule, self.length_penalty, self.trained_on = (0.0, 64), 1.0, TrainedOn()
 
     def generate(self, sources, limits, scores=True, seed=0):
         return [[Hypothesis(s[-2::-1] + s[-1:], [-0.5] * len(s), False)] for s in sources]

@@ -1,8 +1,9 @@
-// The no-server page: loads the ONNX model in model/ with transformers.js and translates greedily on click.
+// The no-server page: loads the ONNX model in model/ with transformers.js and translates greedily on click, sentence
+// by sentence as the translate command does (translateText; the settings come from demo.json).
 // Everything comes from this folder: remote models are off (translate.mjs) and ONNX Runtime's WebAssembly files are
 // served from runtime/ instead of its default CDN.
 import { env } from '@huggingface/transformers';
-import { loadTranslator, translate } from './translate.mjs';
+import { loadTranslator, translateText } from './translate.mjs';
 
 const here = new URL('./', import.meta.url);
 // A path, not a full URL: transformers.js looks up "local" files only under paths.
@@ -15,8 +16,8 @@ env.backends.onnx.wasm.wasmPaths = {
 };
 
 const MAX_CHARACTERS = 2000;
-const [body, source, button, target, status] = [document.body, ...['source', 'translate', 'target', 'status']
-  .map((id) => document.getElementById(id))];
+const [body, source, button, target, status, split] = [document.body, ...['source', 'translate', 'target', 'status',
+  'split_sentences'].map((id) => document.getElementById(id))];
 
 function show(message, isError = false) {
   status.textContent = message;
@@ -34,9 +35,10 @@ async function run(translator, settings) {
   show('Translating…');
   try {
     const start = performance.now();
-    const { texts } = await translate(translator, [text], { max_new_tokens: settings.max_new_tokens });
-    target.textContent = texts[0];
-    show(`Translated in ${Math.round(performance.now() - start)} ms.`);
+    const result = await translateText(translator, text, { ...settings, split_sentences: split.checked });
+    target.textContent = result.text;
+    const note = result.split ? ` ${result.split} sentence(s) longer than the model learned were split.` : '';
+    show(`Translated in ${Math.round(performance.now() - start)} ms.${note}`);
   } catch (error) {
     target.textContent = '';
     show(`Translation failed: ${error.message ?? error}`, true);

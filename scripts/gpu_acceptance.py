@@ -1,0 +1,505 @@
+"""The GPU acceptance run: what the package says about GPUs, checked and measured by one command of under 10 minutes on
+an H100/H200-class GPU, from a bare machine given the repository and a folder of wheels. docs/gpu.md says how to run it.
+
+    python -m scripts.gpu_acceptance --output_dir DIR [--wheels .whl] [--parts ...] [--time_limit 560] [--dry_run]
+
+The parts (`--parts`: all by default), each in processes of its own with a time budget (stopped there, and recorded
+so), in this order:
+1. environment: GPU, driver, CUDA, torch and the packages' versions, the commit (`scripts.gpu_environment`);
+2. tests: the suite's CUDA tests (`pytest -m cuda tests/gpu`);
+3. benchmark: ours against MarianMTModel at the paper's base size in bf16 (`scripts.gpu_benchmark`);
+4. training: the demo and the paper's base size in bf16 through `accelerate launch` with the DDP and the FSDP
+   configurations, each started, trained, evaluated and saved, then resumed from its checkpoint: steps/s, target
+   tokens/s and peak memory (`scripts.gpu_training`).
+DIR gets gpu_acceptance.md (the summary), gpu_acceptance.json (every figure) and gpu_acceptance.log (every part's
+output), rewritten after each part: a part that fails, or the end of the time limit, loses no other part's results.
+Models, checkpoints and installed wheels go to a temporary folder. `--wheels FOLDER` first installs FOLDER's wheels
+(`python -m scripts.gpu_environment --download_wheels FOLDER` makes them) for every part's processes.
+
+`--dry_run` runs the same parts on the CPU at tiny sizes (the CUDA tests skip), so that CI checks this command.
+
+Only the standard library is imported here: the wheels are installed before anything imports the packages they hold,
+and a broken package fails a part, not the run.
+"""
+
+import argparse
+import json
+import os
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+import xml.etree.ElementTree as ElementTree
+from pathlib import Path
+
+
+ROOT = Path(__file__).resolve().parents[1]
+ACCELERATE_CONFIGS = ROOT / "hf_vanilla_transformer" / "recipes" / "accelerate"
+NAME = "gpu_acceptance"
+TIME_LIMIT = 560  # seconds: the device tool's 600 s per command, less the machine's start of Python and the copy back
+# Budgets in seconds on a GPU (an H100/H200 takes about half of each) and in the dry run (a loaded 2-core CI machine).
+BUDGETS = {
+    "wheels": (90, 120),
+    "environment": (60, 120),
+    "tests": (120, 300),
+    "benchmark": (210, 600),
+    "train": (55, 300),
+    "resume": (45, 300),
+}
+# The training runs: the recipe's options for each model, and the steps of its first and resumed run. Every run also
+# gets RECIPE_OPTIONS: bf16, no evaluation during training (one at the end, on EVALUATION pairs), no progress bars in
+# the log, the checkpoint of its last step.
+EVALUATION = ["--max_eval_samples", "64", "--max_test_samples", "64", "--translate", "Wo ist der Bahnhof?"]
+TRAINING = {
+    "demo": dict(options=EVALUATION, steps=(200, 300)),
+    "base": dict(
+        options=[*EVALUATION, "--paper_preset", "base", "--per_device_train_batch_size", "1024"]
+        + ["--dataloader_num_workers", "4"],
+        steps=(150, 200),
+    ),
+}
+DRY_RUN_TRAINING = {
+    "tiny": dict(
+        options=["--max_eval_samples", "8", "--max_test_samples", "8", "--translate", "Wo ist der Bahnhof?"]
+        + ["--d_model", "32", "--ffn_dim", "64", "--attention_heads", "2", "--encoder_layers", "1"]
+        + ["--decoder_layers", "1", "--vocab_size", "120", "--max_train_samples", "256", "--use_cpu", "True"],
+        steps=(6, 9),
+    )
+}
+RECIPE_OPTIONS = ["--bf16", "True", "--eval_strategy", "no", "--disable_tqdm", "True"]
+WARMUP_STEPS = {"gpu": 10, "dry_run": 2}  # steps of each run left out of the probe's timing
+
+
+class Run:
+    """One acceptance run: its parts' records, the results files, the log, the time left."""
+
+    def __init__(self, output_dir: Path, work_dir: Path, dry_run: bool, time_limit: float, wheels: Path | None):
+        self.output_dir, self.work_dir, self.dry_run, self.wheels = output_dir, work_dir, dry_run, wheels
+        self.deadline = time.monotonic() + time_limit
+        self.started = time.monotonic()
+        self.log = output_dir / f"{NAME}.log"
+        self.log.write_text("")
+        self.process = None  # the part running now
+        self.results = {
+            "mode": "dry run (CPU, tiny sizes)" if dry_run else "GPU",
+            "started": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+            "time_limit_s": time_limit,
+            "parts": [],
+            "environment": {},
+            "tests": {},
+            "benchmark": {},
+            "training": [],
+        }
+        self.env = {
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join(
+                [str(work_dir / "site")] * (wheels is not None) + [str(ROOT)] + [os.environ.get("PYTHONPATH", "")]
+            ).rstrip(os.pathsep),
+            "PYTHONUNBUFFERED": "1",
+            "HF_HUB_OFFLINE": "1",
+            "HF_DATASETS_OFFLINE": "1",
+            "HF_HOME": str(work_dir / "hf_home"),
+            "TOKENIZERS_PARALLELISM": "false",
+            "MPLBACKEND": "Agg",
+        }
+        if dry_run:  # the CPU, even on a machine with a GPU; one thread (see gpu_benchmark.RUNS)
+            self.env.update(CUDA_VISIBLE_DEVICES="", OMP_NUM_THREADS="1")
+
+    def budget(self, kind: str) -> float:
+        return BUDGETS[kind][self.dry_run]
+
+    def command(self, name: str, kind: str, argv: list[str]) -> dict:
+        """Run `argv` from the repository's root with the log as its output, stopped at the part's budget or the
+        run's time limit; its record (status ok, failed, stopped or not run) is added to the results."""
+        left = self.deadline - time.monotonic()
+        budget = min(self.budget(kind), left)
+        part = {"name": name, "status": "running", "command": shlex.join(argv), "budget_s": round(budget)}
+        self.results["parts"].append(part)
+        if left < 5:
+            part.update(status="not run", note="the run's time limit was reached")
+            self.save()
+            return part
+        self.save()
+        with self.log.open("a") as log:
+            log.write(f"\n===== {name} (budget {budget:.0f} s): {part['command']}\n")
+            log.flush()
+            start = time.monotonic()
+            self.process = subprocess.Popen(
+                argv, cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            )
+            try:
+                returncode = self.process.wait(timeout=budget)
+            except subprocess.TimeoutExpired:
+                stop(self.process)
+                returncode = None
+            self.process = None
+            part["seconds"] = round(time.monotonic() - start, 1)
+            if returncode is None:
+                part.update(status="stopped", note=f"stopped at its budget of {budget:.0f} s")
+            else:
+                part.update(status="ok" if returncode == 0 else "failed", returncode=returncode)
+            log.write(f"===== {name}: {part['status']} after {part['seconds']} s\n")
+        print(f"{name}: {part['status']} ({part['seconds']} s)", flush=True)
+        self.save()
+        return part
+
+    def interrupted(self, signum, frame) -> None:
+        """Stopped from outside (the device tool's own time limit, Ctrl-C): end the running part, keep the results."""
+        if self.process is not None:
+            stop(self.process)
+        self.results["interrupted"] = signal.Signals(signum).name
+        self.save()
+        raise SystemExit(128 + signum)
+
+    def save(self) -> None:
+        self.results["seconds"] = round(time.monotonic() - self.started, 1)
+        write(self.output_dir / f"{NAME}.json", json.dumps(self.results, indent=2) + "\n")
+        try:
+            text = summary(self.results)
+        except Exception:  # a bug of the summary must not lose the figures: they are in the JSON
+            text = f"# GPU acceptance run\n\nThe summary failed; the figures are in {NAME}.json.\n\n```\n{traceback.format_exc()}```\n"
+        write(self.output_dir / f"{NAME}.md", text)
+
+
+def write(path: Path, text: str) -> None:
+    """Replace `path` by `text` at once: a run killed while writing leaves the previous version, never half a file."""
+    partial = path.with_name(path.name + ".partial")
+    partial.write_text(text)
+    os.replace(partial, path)
+
+
+def stop(process: subprocess.Popen) -> None:
+    """End `process` and every process it started (its own session): SIGTERM, then SIGKILL after 10 s."""
+    for sig, wait in ((signal.SIGTERM, 10), (signal.SIGKILL, 10)):
+        try:
+            os.killpg(process.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            process.wait(timeout=wait)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def read_json(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# ---------------------------------------------------------------------------------------------------- the parts
+
+
+def install_wheels(run: Run) -> None:
+    wheels = sorted(run.wheels.glob("*.whl"))
+    run.results["wheels"] = [wheel.name for wheel in wheels]
+    pip = [sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--no-compile", "--no-cache-dir"]
+    run.command("wheels", "wheels", [*pip, "--upgrade", "--target", str(run.work_dir / "site"), *map(str, wheels)])
+
+
+def environment(run: Run) -> None:
+    from .gpu_environment import commit
+
+    path = run.work_dir / "environment.json"
+    probe = f"import json, sys; from scripts.gpu_environment import describe; json.dump(describe(), open({str(path)!r}, 'w'))"
+    run.command("environment", "environment", [sys.executable, "-c", probe])
+    run.results["environment"] = {**read_json(path), "commit": commit(ROOT, run.wheels)}
+    run.save()
+
+
+def tests(run: Run) -> None:
+    """The CUDA tests, with each test's outcome (and a skip's or a failure's message) from pytest's JUnit XML, or from
+    its verbose output when it was stopped before writing that."""
+    xml = run.work_dir / "tests.xml"
+    argv = [sys.executable, "-m", "pytest", "tests/gpu", "-m", "cuda", "-v", "-rA", f"--junitxml={xml}"]
+    part = run.command("tests", "tests", argv)
+    try:
+        run.results["tests"] = test_outcomes(xml)
+    except (OSError, ElementTree.ParseError):  # not written: pytest was stopped
+        run.results["tests"] = test_outcomes_from_log(run.log, part)
+    run.save()
+
+
+def test_outcomes(xml: Path) -> dict:
+    outcomes = {}
+    for case in ElementTree.parse(xml).getroot().iter("testcase"):
+        name = f"{case.get('classname', '').rsplit('.', 1)[-1]}::{case.get('name')}"
+        outcome = {"outcome": "passed", "seconds": float(case.get("time", 0))}
+        for kind in ("skipped", "failure", "error"):
+            element = case.find(kind)
+            if element is not None:
+                message = element.get("message") or ""
+                details = (element.text or "").strip()
+                outcome = {**outcome, "outcome": {"failure": "failed"}.get(kind, kind), "message": message}
+                if kind != "skipped" and details:
+                    outcome["details"] = details[-3000:]
+        outcomes[name] = outcome
+    return outcomes
+
+
+def test_outcomes_from_log(log: Path, part: dict) -> dict:
+    outcomes = {}
+    for line in log.read_text(errors="replace").split(f"===== {part['name']} (")[-1].splitlines():
+        for outcome in ("PASSED", "FAILED", "SKIPPED", "ERROR"):
+            if f" {outcome}" in line and "::" in line and line.startswith("tests/"):
+                name = line.split(" ")[0].split("/")[-1].removesuffix(".py")
+                outcomes[name.replace(".py::", "::")] = {"outcome": outcome.lower()}
+    return outcomes
+
+
+def benchmark(run: Run) -> None:
+    path = run.work_dir / "benchmark.json"
+    argv = [sys.executable, "-m", "scripts.gpu_benchmark", "--json", str(path)] + ["--dry_run"] * run.dry_run
+    run.command("benchmark", "benchmark", argv)
+    run.results["benchmark"] = read_json(path)
+    run.save()
+
+
+def training(run: Run) -> None:
+    gpus = len(run.results["environment"].get("gpus") or []) if not run.dry_run else 0
+    plan = DRY_RUN_TRAINING if run.dry_run else TRAINING
+    for config in ("ddp", "fsdp"):
+        for size, settings in plan.items():
+            output_dir = run.work_dir / f"{size}-{config}"
+            record = {"size": size, "config": config, "processes": max(gpus, 1), "runs": {}}
+            run.results["training"].append(record)
+            for kind, steps in zip(("train", "resume"), settings["steps"]):
+                probe = run.work_dir / f"{size}-{config}-{kind}.json"
+                launch = [sys.executable, "-m", "accelerate.commands.launch"]
+                launch += ["--config_file", str(ACCELERATE_CONFIGS / f"{config}.yaml")]
+                launch += ["--num_processes", str(max(gpus, 1)), "--main_process_port", str(free_port())]
+                launch += ["-m", "scripts.gpu_training", "--probe", str(probe)]
+                launch += ["--warmup_steps", str(WARMUP_STEPS["dry_run" if run.dry_run else "gpu"]), "--"]
+                recipe = [*RECIPE_OPTIONS, *settings["options"], "--output_dir", str(output_dir)]
+                recipe += ["--max_steps", str(steps), "--save_steps", str(steps)]
+                recipe += ["--resume_from_checkpoint", "last"] if kind == "resume" else []
+                part = run.command(f"{kind} {size} {config}", kind, launch + recipe)
+                record["runs"][kind] = {
+                    "status": part["status"],
+                    "wall_seconds": part.get("seconds"),
+                    "max_steps": steps,
+                    **read_json(probe),
+                }
+                run.save()
+                if part["status"] != "ok":
+                    break  # nothing to resume from
+            report = read_json(output_dir / "metrics.json")
+            record["report"] = {
+                "parameters": report.get("model", {}).get("parameters"),
+                "validation": report.get("validation"),
+                "test": report.get("test"),
+                "hardware": report.get("training", {}).get("hardware"),
+                "runtime_seconds": report.get("training", {}).get("runtime_seconds"),
+            }
+            run.save()
+
+
+# ---------------------------------------------------------------------------------------------------- the summary
+
+
+def figure(value, digits: int = 3) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.{digits}g}" if abs(value) < 10**digits else f"{value:,.0f}"
+    return str(value)
+
+
+def table(header: list[str], rows: list[list]) -> list[str]:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    return lines + ["| " + " | ".join(figure(cell) for cell in row) + " |" for row in rows]
+
+
+def summary(results: dict) -> str:
+    env = results.get("environment", {})
+    gpus = env.get("gpus") or []
+    smi = env.get("nvidia_smi") if isinstance(env.get("nvidia_smi"), dict) else {}
+    driver = next((gpu.get("driver_version") for gpu in smi.get("gpus", [])), None)
+    packages = env.get("packages", {})
+    lines = [
+        f"# GPU acceptance run ({results['mode']})",
+        "",
+        f"- GPU: {', '.join(g['name'] + ' (' + str(g['memory_gib']) + ' GiB, sm ' + g['capability'] + ')' for g in gpus) or 'none'}"
+        f"; driver {driver or '-'}; CUDA (torch) {env.get('torch_cuda') or '-'}; cuDNN {env.get('cudnn') or '-'}",
+        f"- CPU: {env.get('cpu', '-')}; Python {env.get('python', '-')}",
+        "- " + ", ".join(f"{name} {version}" for name, version in packages.items()),
+        f"- commit: {env.get('commit', '-')}",
+        f"- started {results['started']}; {results.get('seconds', 0):.0f} s of a {results['time_limit_s']:.0f} s limit",
+    ]
+    if env.get("import_errors"):
+        lines += [f"- does not import: {name}: {error}" for name, error in env["import_errors"].items()]
+    lines += ["", "## Parts", ""]
+    lines += table(
+        ["part", "status", "seconds", "budget s", "note"],
+        [[p["name"], p["status"], p.get("seconds"), p["budget_s"], p.get("note", "")] for p in results["parts"]],
+    )
+    lines += [
+        f"- this command failed in its {name} part: {error.splitlines()[-1]}"
+        for name, error in results.get("errors", {}).items()
+    ]
+    if results.get("interrupted"):
+        lines.append(f"- stopped from outside ({results['interrupted']})")
+    lines += tests_section(results.get("tests") or {})
+    lines += benchmark_section(results.get("benchmark") or {})
+    lines += training_section(results.get("training") or [])
+    return "\n".join(lines) + "\n"
+
+
+def tests_section(outcomes: dict) -> list[str]:
+    counts, skips = {}, {}
+    for outcome in outcomes.values():
+        counts[outcome["outcome"]] = counts.get(outcome["outcome"], 0) + 1
+        if outcome["outcome"] == "skipped":
+            skips[outcome.get("message", "")] = skips.get(outcome.get("message", ""), 0) + 1
+    lines = ["", "## CUDA tests", "", ", ".join(f"{n} {kind}" for kind, n in sorted(counts.items())) or "no results"]
+    lines += [f"- {n} skipped: {message}" for message, n in skips.items()]
+    for name, outcome in outcomes.items():
+        if outcome["outcome"] not in ("passed", "skipped"):
+            lines.append(f"- {outcome['outcome']}: `{name}`: {outcome.get('message', '')[:300]}")
+    return lines
+
+
+def benchmark_section(data: dict) -> list[str]:
+    settings, peaks = data.get("settings", {}), data.get("peaks", {})
+    lines = ["", "## Benchmark", ""]
+    if not settings:
+        return lines + ["no results"]
+    card = peaks.get("card_dense_bf16")
+    matmul = {k: v for k, v in peaks.items() if k.startswith("matmul") and v}
+    lines.append(
+        f"{settings['size']} size, bf16, on {settings['device_name']}: card's dense bf16 peak "
+        f"{figure(card / 1e12) + ' TFLOP/s (' + settings['card'] + ')' if card else 'unknown (card not in the table)'}"
+        + "".join(f"; measured {k.replace('_', ' ')}^2 {v / 1e12:.0f} TFLOP/s" for k, v in matmul.items())
+        + f". Training batch: {settings['filled_workload']['pairs_per_batch']} pairs, about "
+        f"{settings['filled_workload']['target_tokens_per_batch']:,.0f} target tokens. Ratios to MarianMTModel (sdpa)."
+    )
+    lines.append("")
+    columns = [
+        ("train tok/s", "train_filled_tokens_per_s"),
+        ("% of card peak", "train_filled_utilisation"),
+        ("% of matmul", "train_filled_of_matmul"),
+        ("train peak MB", "train_filled_peak_mb"),
+        ("train tok/s, batch 32", "train_tokens_per_s"),
+        ("greedy tok/s", "greedy_tokens_per_s"),
+        ("beam-4 tok/s", "beam4_tokens_per_s"),
+    ]
+    rows = []
+    for row in data.get("rows", []):
+        cells = [row["label"]]
+        for _, metric in columns:
+            value = row.get(metric)
+            if value is not None and ("utilisation" in metric or "of_matmul" in metric):
+                cells.append(f"{100 * value:.0f}%")
+            elif value is not None and metric in row.get("vs_marian", {}):
+                cells.append(f"{value:,.0f} (x{row['vs_marian'][metric]:.2f})")
+            else:
+                cells.append(value)
+        rows.append(cells)
+    lines += table(["system", *(title for title, _ in columns)], rows)
+    compiled = next((row for row in data.get("rows", []) if "compile_seconds" in row), None)
+    if compiled:
+        lines += [
+            "",
+            f"Compiled static cache: {compiled['greedy_tokens_per_s']:,.0f} greedy tok/s against "
+            f"{compiled['uncompiled_greedy_tokens_per_s']:,.0f} uncompiled (same bf16 weights); compilation "
+            f"{compiled['compile_seconds']:.0f} s; identical rows {compiled['identical_rows']}.",
+        ]
+    lines += [""] + [
+        f"- {'PASS' if t['passed'] else 'FAIL'}: {t['target']}: {t['value']:.2f}" for t in data.get("targets", [])
+    ]
+    if settings["device"] == "cpu":
+        lines.append("- (a dry run: its CPU figures check the steps, and say nothing of the targets)")
+    lines += [f"- skipped: {name}: {why}" for name, why in data.get("skipped", {}).items()]
+    lines += [
+        f"- error: {name}: {error.splitlines()[-1] if error else ''}" for name, error in data.get("errors", {}).items()
+    ]
+    return lines
+
+
+def training_section(records: list[dict]) -> list[str]:
+    lines = ["", "## Training (train translation through accelerate launch, bf16)", ""]
+    rows = []
+    for record in records:
+        for kind, r in record["runs"].items():
+            mb = r.get("peak_memory_allocated_mb")
+            rows.append(
+                [
+                    f"{record['size']} {record['config']} {kind}",
+                    r["status"],
+                    f"{r.get('distributed_type', '-')} / {r.get('wrapped_model', '-')} x{r.get('world_size', '-')}",
+                    f"{r.get('first_step', '-')}->{r.get('last_step', '-')}",
+                    r.get("steps_per_second"),
+                    r.get("target_tokens_per_second"),
+                    mb / 1024 if mb else None,
+                    r.get("wall_seconds"),
+                ]
+            )
+    lines += table(
+        ["run", "status", "distributed / model x processes", "steps", "steps/s", "target tok/s", "peak GiB", "wall s"],
+        rows,
+    )
+    for record in records:
+        report = record.get("report") or {}
+        if report.get("validation") is not None:
+            lines.append(
+                f"- {record['size']} {record['config']}: {figure(report.get('parameters'))} parameters; validation "
+                f"BLEU {figure(report['validation'].get('bleu'))} (an undertrained model); {report.get('hardware')}"
+            )
+    return lines
+
+
+PARTS = {"tests": tests, "benchmark": benchmark, "training": training}  # in this order, after the environment
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--output_dir", type=Path, required=True, help="where the summary, figures and log go")
+    parser.add_argument("--wheels", type=Path, help="a folder of wheels to install first, for every part's processes")
+    parser.add_argument("--parts", nargs="+", choices=list(PARTS), default=list(PARTS), help="(default: all)")
+    parser.add_argument(
+        "--time_limit", type=float, help=f"seconds for the whole run (default {TIME_LIMIT}; dry run 1800)"
+    )
+    parser.add_argument("--dry_run", action="store_true", help="the same parts on the CPU at tiny sizes, for CI")
+    args = parser.parse_args(argv)
+    if args.wheels is not None:
+        args.wheels = args.wheels.resolve()  # the parts run from the repository's root
+        if not sorted(args.wheels.glob("*.whl")):
+            parser.error(f"--wheels {args.wheels}: no .whl files there")
+    args.output_dir.mkdir(parents=True, exist_ok=True)
+    time_limit = args.time_limit or (1800 if args.dry_run else TIME_LIMIT)
+    with tempfile.TemporaryDirectory(prefix="gpu-acceptance-") as work_dir:
+        run = Run(args.output_dir, Path(work_dir), args.dry_run, time_limit, args.wheels)
+        arguments = sys.argv[1:] if argv is None else argv
+        run.results["command"] = "python -m scripts.gpu_acceptance " + shlex.join(arguments)
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(signum, run.interrupted)
+        if args.wheels is not None:
+            install_wheels(run)
+        environment(run)
+        for name, part in PARTS.items():
+            if name in args.parts:
+                try:
+                    part(run)
+                except Exception:  # a bug here must not cost the other parts' results
+                    run.results.setdefault("errors", {})[name] = traceback.format_exc()
+                    run.save()
+        run.save()
+    print(summary(run.results))
+    passed = all(part["status"] == "ok" for part in run.results["parts"]) and not run.results.get("errors")
+    return 0 if passed else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

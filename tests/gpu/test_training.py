@@ -1,0 +1,72 @@
+"""Training steps on CUDA: bf16 and fp16 autocast (as `--bf16` / `--fp16` train) finite and close to float32, and as
+few host synchronisations per step as the CPU test counts."""
+
+import warnings
+
+import pytest
+import torch
+
+from hf_vanilla_transformer import VanillaTransformerForConditionalGeneration
+from tests.helpers import CUDA_TESTS, HOST_READS_PER_TRAINING_STEP, random_batch, require_bf16, tiny_config
+
+
+pytestmark = CUDA_TESTS
+
+
+def model_and_batch(attn_implementation="sdpa"):
+    config = tiny_config(d_model=64, encoder_ffn_dim=128, decoder_ffn_dim=128, dropout=0.0, label_smoothing=0.1)
+    model = VanillaTransformerForConditionalGeneration._from_config(config, attn_implementation=attn_implementation)
+    input_ids, attention_mask, labels = random_batch(batch_size=4, source_length=9, target_length=7)
+    batch = dict(input_ids=input_ids, attention_mask=attention_mask, labels=labels)
+    return model.cuda().train(), {name: value.cuda() for name, value in batch.items()}
+
+
+def gradients(model) -> torch.Tensor:
+    return torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None])
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+def test_a_half_precision_training_step_is_finite_and_close_to_float32(dtype):
+    if dtype == torch.bfloat16:
+        require_bf16()
+    model, batch = model_and_batch()
+    reference = model(**batch).loss
+    reference.backward()
+    reference_gradients = gradients(model)
+    model.zero_grad(set_to_none=True)
+
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    # What Trainer does for --fp16, from a scale at which this model's gradients cannot overflow: the step is taken.
+    scaler = torch.amp.GradScaler("cuda", init_scale=2.0**10, enabled=dtype == torch.float16)
+    before = [p.detach().clone() for p in model.parameters()]
+    with torch.autocast("cuda", dtype):
+        loss = model(**batch).loss
+    scaler.scale(loss).backward()
+    scaler.unscale_(optimizer)
+    half_gradients = gradients(model)
+    assert torch.isfinite(loss) and torch.isfinite(half_gradients).all()
+    assert loss.item() == pytest.approx(reference.item(), rel=1e-2)
+    assert torch.nn.functional.cosine_similarity(half_gradients, reference_gradients, dim=0) > 0.99
+    scaler.step(optimizer)
+    scaler.update()
+    assert all(torch.isfinite(p).all() for p in model.parameters())
+    assert all(not torch.equal(p, q) for p, q in zip(model.parameters(), before) if p.grad is not None)
+
+
+@pytest.mark.parametrize("decoder_mask", [False, True], ids=["labels-only", "with-decoder-mask"])
+def test_a_training_step_synchronises_with_the_host_as_often_as_the_cpu_test_counts(decoder_mask):
+    """torch.cuda's sync debug mode warns at every operation that makes the host wait for the GPU."""
+    model, batch = model_and_batch()
+    if decoder_mask:
+        batch["decoder_attention_mask"] = (batch["labels"] != -100).long()
+    model(**batch).loss.backward()  # warm-up: kernels loaded, allocator primed
+    torch.cuda.synchronize()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            model(**batch).loss.backward()
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+    syncs = [str(w.message) for w in caught if "synchroniz" in str(w.message)]
+    assert len(syncs) == HOST_READS_PER_TRAINING_STEP, syncs

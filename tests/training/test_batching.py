@@ -1,0 +1,167 @@
+"""Batches by token budget and by length: within the budget, every pair once per epoch, an order drawn from (seed,
+epoch) alone, an equal share for every process, and the trainer's data loader built on them."""
+
+import numpy as np
+import pytest
+import torch
+from accelerate.data_loader import BatchSamplerShard
+from datasets import Dataset
+from transformers import Seq2SeqTrainingArguments
+from transformers.trainer_pt_utils import get_length_grouped_indices
+
+from hf_vanilla_transformer import VanillaTransformerForConditionalGeneration
+from hf_vanilla_transformer.errors import InputError
+from hf_vanilla_transformer.training.batching import (
+    LengthSortedSampler,
+    SeededLengthGroupedSampler,
+    TokenBatchSampler,
+    accumulation_steps_for,
+)
+from hf_vanilla_transformer.training.trainer import TranslationDataCollator, TranslationTrainer
+from tests.helpers import tiny_config, tiny_tokenizer
+
+
+def lengths(n=3000, seed=0):
+    """Source and target lengths as in a real corpus: mostly short, a long tail, the two sides correlated."""
+    rng = np.random.default_rng(seed)
+    source = np.clip(rng.lognormal(2.3, 0.6, n).astype(int), 2, 120)
+    target = np.clip((source * rng.uniform(0.7, 1.4, n)).astype(int), 2, 120)
+    return source, target
+
+
+def epoch_batches(sampler, epoch):
+    sampler.set_epoch(epoch)
+    return list(sampler)
+
+
+@pytest.mark.parametrize("max_tokens", [120, 500, 4096])
+def test_no_batch_exceeds_the_budget_and_every_pair_comes_once_per_epoch(max_tokens):
+    source, target = lengths()
+    sampler = TokenBatchSampler(source, target, max_tokens, seed=1)
+    for epoch in range(2):
+        batches = epoch_batches(sampler, epoch)
+        assert len(batches) == len(sampler)
+        for batch in batches:
+            assert len(batch) * source[batch].max() <= max_tokens and len(batch) * target[batch].max() <= max_tokens
+        assert sorted(i for batch in batches for i in batch) == list(range(len(source)))
+    shapes = sampler.shapes()
+    assert shapes["pairs"].sum() == len(source) and (shapes["padded_target"] <= max_tokens).all()
+    assert shapes["target"].sum() == target.sum()
+
+
+def test_batches_group_similar_lengths_with_little_padding():
+    source, target = lengths(30_000)
+    shapes = TokenBatchSampler(source, target, 2000, seed=0).shapes()
+    padding = (
+        1 - (shapes["source"] + shapes["target"]).sum() / (shapes["padded_source"] + shapes["padded_target"]).sum()
+    )
+    size = int(shapes["pairs"].mean())
+    random = np.random.default_rng(0).permutation(len(source))[: len(source) // size * size].reshape(-1, size)
+    real = source[random].sum() + target[random].sum()
+    random_padding = 1 - real / (size * (source[random].max(1) + target[random].max(1))).sum()
+    assert padding < 0.1 < 0.5 < random_padding
+    padded = np.maximum(shapes["padded_source"], shapes["padded_target"])
+    assert np.median(padded) > 0.95 * 2000  # batches are filled
+
+
+def test_the_order_depends_only_on_seed_and_epoch():
+    source, target = lengths()
+    a, b = TokenBatchSampler(source, target, 800, seed=3), TokenBatchSampler(source, target, 800, seed=3)
+    assert epoch_batches(a, 0) == epoch_batches(b, 0) and epoch_batches(a, 5) == epoch_batches(b, 5)
+    assert epoch_batches(a, 0) != epoch_batches(a, 1)  # a new order each epoch...
+    assert sorted(map(sorted, epoch_batches(a, 0))) == sorted(
+        map(sorted, epoch_batches(a, 1))
+    )  # ...of the same batches
+    torch.manual_seed(123)
+    np.random.seed(123)  # the global generators play no part
+    assert epoch_batches(TokenBatchSampler(source, target, 800, seed=3), 1) == epoch_batches(a, 1)
+    assert epoch_batches(TokenBatchSampler(source, target, 800, seed=4), 0) != epoch_batches(a, 0)
+
+
+@pytest.mark.parametrize("multiple", [2, 3, 8, 64])
+def test_the_number_of_batches_is_a_multiple_of_processes_times_accumulation(multiple):
+    source, target = lengths(1001)
+    sampler = TokenBatchSampler(source, target, 700, seed=0, batches_multiple=multiple)
+    batches = epoch_batches(sampler, 0)
+    assert len(batches) % multiple == 0 and len(batches) >= len(TokenBatchSampler(source, target, 700, seed=0))
+    assert sorted(i for batch in batches for i in batch) == list(range(1001))
+    assert all(len(b) * max(source[b].max(), target[b].max()) <= 700 for b in batches)
+
+
+def test_every_process_gets_a_disjoint_equal_share_through_accelerate():
+    source, target = lengths()
+    sampler = TokenBatchSampler(source, target, 600, seed=0, batches_multiple=2 * 3)  # 2 processes x 3 accumulation
+    shards = [list(BatchSamplerShard(sampler, num_processes=2, process_index=rank)) for rank in range(2)]
+    assert len(shards[0]) == len(shards[1]) == len(sampler) // 2
+    seen = [i for shard in shards for batch in shard for i in batch]
+    assert sorted(seen) == list(range(len(source)))  # disjoint, complete: nothing repeated to even them out
+    # Update k takes global batches [6k, 6k + 6): one process accumulating six batches would see the same pairs.
+    whole = list(sampler)
+    for k in range(len(whole) // 6):
+        update = [b for rank in range(2) for b in shards[rank][3 * k : 3 * k + 3]]
+        assert sorted(map(tuple, update)) == sorted(map(tuple, whole[6 * k : 6 * k + 6]))
+
+
+def test_a_pair_over_the_budget_and_too_few_pairs_are_named():
+    with pytest.raises(InputError, match=r"--max_tokens 50: pair 2 alone has 60 source and 8 target tokens"):
+        TokenBatchSampler([10, 60, 70], [8, 8, 8], 50)
+    with pytest.raises(InputError, match="3 training pairs cannot fill the 4 batches of one update"):
+        TokenBatchSampler([5, 5, 5], [5, 5, 5], 50, batches_multiple=4)
+
+
+def test_accumulation_gives_about_the_tokens_per_update():
+    epoch = dict(target_tokens=3100 * 10_000, batches=10_000)  # 3,100 target tokens per batch
+    assert accumulation_steps_for(25000, **epoch, world_size=8) == 1
+    assert accumulation_steps_for(25000, **epoch, world_size=1) == 8
+    assert accumulation_steps_for(25000, **epoch, world_size=2) == 4
+    assert accumulation_steps_for(100, **epoch, world_size=1) == 1
+    # 12 batches of 100 tokens: 5 steps would mean 3 updates of 400 tokens (12 -> 15 batches); 4 steps give 400 too
+    assert accumulation_steps_for(500, target_tokens=1200, batches=12, world_size=1) == 4
+
+
+def test_length_grouped_order_is_transformers_order_seeded_by_epoch():
+    source, target = lengths(5000)
+    total = source + target
+    sampler = SeededLengthGroupedSampler(64, total, seed=42)
+    for epoch in (0, 2):
+        sampler.set_epoch(epoch)
+        generator = torch.Generator().manual_seed(42 + epoch)
+        assert list(sampler) == get_length_grouped_indices(total.tolist(), 64, generator=generator)
+    assert list(LengthSortedSampler([3, 9, 1, 9])) == [1, 3, 0, 2]
+
+
+def tiny_trainer(tmp_path, **kwargs):
+    tokenizer = tiny_tokenizer()
+    source, target = lengths(200, seed=1)
+    rng = np.random.default_rng(0)
+    rows = {
+        "input_ids": [rng.integers(4, 100, s).tolist() + [2] for s in source],
+        "labels": [rng.integers(4, 100, t).tolist() + [2] for t in target],
+        "length": (source + target + 2).tolist(),
+    }
+    model = VanillaTransformerForConditionalGeneration(tiny_config(vocab_size=len(tokenizer)))
+    args = Seq2SeqTrainingArguments(output_dir=str(tmp_path), report_to=[], use_cpu=True, seed=7)
+    return TranslationTrainer(
+        model=model,
+        args=args,
+        train_dataset=Dataset.from_dict(rows),
+        processing_class=tokenizer,
+        data_collator=TranslationDataCollator(tokenizer, model=model, label_pad_token_id=-100),
+        **kwargs,
+    )
+
+
+def test_the_trainer_loads_token_batches_and_derives_the_accumulation(tmp_path):
+    trainer = tiny_trainer(tmp_path, max_tokens=300, tokens_per_update=1000)
+    loader = trainer.get_train_dataloader()
+    assert trainer.args.gradient_accumulation_steps > 1
+    batches = list(loader)
+    assert len(batches) % trainer.args.gradient_accumulation_steps == 0
+    assert sum(len(batch["input_ids"]) for batch in batches) == 200
+    for batch in batches:
+        assert batch["input_ids"].numel() <= 300 and batch["labels"].numel() <= 300
+        assert set(batch) == {"input_ids", "attention_mask", "labels", "decoder_input_ids", "decoder_attention_mask"}
+    tokens = sum(int((batch["labels"] != -100).sum()) for batch in batches) / len(batches)
+    assert abs(tokens * trainer.args.gradient_accumulation_steps - 1000) <= tokens  # about 1,000 per update
+    with pytest.raises(InputError, match="--tokens_per_update .* set --max_tokens"):
+        tiny_trainer(tmp_path, tokens_per_update=1000)
