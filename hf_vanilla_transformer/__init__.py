@@ -12,6 +12,7 @@ from transformers import (
     AutoModelForSeq2SeqLM,
     AutoModelForSequenceClassification,
 )
+from transformers.models.auto import modeling_auto
 from transformers.pipelines import PIPELINE_REGISTRY, REMOVED_TASKS
 
 from .model.configuration_vanilla_transformer import VanillaTransformerConfig, paper_generation_config
@@ -41,6 +42,16 @@ VanillaTransformerModel.register_for_auto_class("AutoModel")
 VanillaTransformerForConditionalGeneration.register_for_auto_class("AutoModelForSeq2SeqLM")
 VanillaTransformerForCausalLM.register_for_auto_class("AutoModelForCausalLM")
 VanillaTransformerForSequenceClassification.register_for_auto_class("AutoModelForSequenceClassification")
+
+# transformers has no public registration for these two tables, which user-facing features read by class name:
+# - MODEL_MAPPING_NAMES: `Trainer` refuses a base model (no head, no labels) with a clear error, and transformers' own
+#   model tests (ModelTesterMixin) tell base models from heads with it;
+# - MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES: `Trainer.create_model_card()` and `push_to_hub()` tag the card with
+#   the task (text2text-generation), as for the seq2seq models inside transformers.
+modeling_auto.MODEL_MAPPING_NAMES.setdefault(VanillaTransformerConfig.model_type, "VanillaTransformerModel")
+modeling_auto.MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES.setdefault(
+    VanillaTransformerConfig.model_type, "VanillaTransformerForConditionalGeneration"
+)
 
 
 def _register_translation_pipeline():
