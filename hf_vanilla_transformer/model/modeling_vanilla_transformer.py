@@ -57,15 +57,12 @@ from transformers.modeling_outputs import (
 )
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS, PreTrainedModel
 from transformers.processing_utils import Unpack
-from transformers.utils import TransformersKwargs, can_return_tuple, is_torchdynamo_compiling, logging
+from transformers.utils import TransformersKwargs, can_return_tuple, is_torchdynamo_compiling
 from transformers.utils.generic import merge_with_config_defaults
 from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
 from .configuration_vanilla_transformer import VanillaTransformerConfig, max_new_tokens_for
 from .saved_folder import SavedFolderModelMixin
-
-
-logger = logging.get_logger(__name__)
 
 
 class VanillaTransformerSinusoidalPositionalEncoding(nn.Module):
@@ -241,13 +238,9 @@ class VanillaTransformerEncoderLayer(VanillaTransformerLayer):
         self.final_layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
 
     def forward(self, hidden_states, attention_mask=None, padding: Padding = NO_PADDING, **kwargs) -> torch.Tensor:
+        attention = self.self_attn  # (hidden_states, key_value_states, attention_mask, past_key_values, padding)
         hidden_states = self.residual(
-            self.self_attn_layer_norm,
-            hidden_states,
-            self.self_attn,
-            attention_mask=attention_mask,
-            padding=padding,
-            **kwargs,
+            self.self_attn_layer_norm, hidden_states, attention, None, attention_mask, None, padding, **kwargs
         )
         return self.residual(self.final_layer_norm, hidden_states, self.feed_forward)
 
@@ -276,15 +269,12 @@ class VanillaTransformerDecoderLayer(VanillaTransformerLayer):
         padding: Padding = NO_PADDING,  # of the target
         **kwargs,
     ) -> torch.Tensor:
+        cache = (
+            past_key_values  # attention: (hidden_states, key_value_states, attention_mask, past_key_values, padding)
+        )
         # Self Attention
         hidden_states = self.residual(
-            self.self_attn_layer_norm,
-            hidden_states,
-            self.self_attn,
-            attention_mask=attention_mask,
-            past_key_values=past_key_values,
-            padding=padding,
-            **kwargs,
+            self.self_attn_layer_norm, hidden_states, self.self_attn, None, attention_mask, cache, padding, **kwargs
         )
         # Cross-Attention Block (not in decoder-only models)
         if encoder_hidden_states is not None:
@@ -293,9 +283,9 @@ class VanillaTransformerDecoderLayer(VanillaTransformerLayer):
                 hidden_states,
                 self.encoder_attn,
                 encoder_hidden_states,
-                attention_mask=encoder_attention_mask,
-                past_key_values=past_key_values,
-                padding=padding,
+                encoder_attention_mask,
+                cache,
+                padding,
                 **kwargs,
             )
         # Fully Connected
@@ -484,10 +474,7 @@ class VanillaTransformerEncoderOutput(BaseModelOutput):
 class VanillaTransformerEncoder(VanillaTransformerStack):
     """`config.encoder_layers` [`VanillaTransformerEncoderLayer`]s over the embedded source."""
 
-    _can_record_outputs = {
-        "hidden_states": VanillaTransformerEncoderLayer,
-        "attentions": VanillaTransformerAttention,
-    }
+    _can_record_outputs = {"hidden_states": VanillaTransformerEncoderLayer, "attentions": VanillaTransformerAttention}
 
     def __init__(self, config: VanillaTransformerConfig):
         super().__init__(
