@@ -258,24 +258,17 @@ class VanillaTransformerDecoderLayer(VanillaTransformerLayer):
         padding: Padding = NO_PADDING,  # of the target
         **kwargs,
     ) -> torch.Tensor:
-        cache = (
-            past_key_values  # attention: (hidden_states, key_value_states, attention_mask, past_key_values, padding)
-        )
+        # Attention arguments: (hidden_states, key_value_states, attention_mask, past_key_values, padding).
+        cache = past_key_values
         # Self Attention
         hidden_states = self.residual(
             self.self_attn_layer_norm, hidden_states, self.self_attn, None, attention_mask, cache, padding, **kwargs
         )
         # Cross-Attention Block (not in decoder-only models)
         if encoder_hidden_states is not None:
+            cross = (encoder_hidden_states, encoder_attention_mask, cache, padding)
             hidden_states = self.residual(
-                self.encoder_attn_layer_norm,
-                hidden_states,
-                self.encoder_attn,
-                encoder_hidden_states,
-                encoder_attention_mask,
-                cache,
-                padding,
-                **kwargs,
+                self.encoder_attn_layer_norm, hidden_states, self.encoder_attn, *cross, **kwargs
             )
         # Fully Connected
         return self.residual(self.final_layer_norm, hidden_states, self.feed_forward)
