@@ -23,6 +23,7 @@ CODE_FILES = (
     "modeling_vanilla_transformer.py",
     "pipeline_translation.py",
     "saved_folder.py",
+    "input_checks.py",
 )
 
 

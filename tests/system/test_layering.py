@@ -18,6 +18,7 @@ MODEL_FILES = {
     "modeling_vanilla_transformer.py",
     "pipeline_translation.py",
     "saved_folder.py",
+    "input_checks.py",
 }
 
 
