@@ -65,6 +65,8 @@ def _register_translation_pipeline():
         PIPELINE_REGISTRY.register_pipeline(
             "translation", pipeline_class=TranslationPipeline, pt_model=AutoModelForSeq2SeqLM, type="text"
         )
+    # Saved folders name this pipeline for processes without the package; here it is served as local code.
+    VanillaTransformerConfig.local_pipelines = {"translation": TranslationPipeline.__name__}
     check_task = PIPELINE_REGISTRY.check_task
     if not hasattr(check_task, "__wrapped__"):
 

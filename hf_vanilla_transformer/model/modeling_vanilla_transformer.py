@@ -1,28 +1,34 @@
 # Copyright 2026 The hf_vanilla_transformer authors.
-#
-# Licensed under the Apache License, Version 2.0 (the "License");
-# you may not use this file except in compliance with the License.
-# You may obtain a copy of the License at
-#
-#     http://www.apache.org/licenses/LICENSE-2.0
-#
-# Unless required by applicable law or agreed to in writing, software
-# distributed under the License is distributed on an "AS IS" BASIS,
-# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
-# See the License for the specific language governing permissions and
-# limitations under the License.
+# SPDX-License-Identifier: Apache-2.0
 """The encoder-decoder Transformer of "Attention Is All You Need" (Vaswani et al., 2017) as a transformers model.
+
+Figure 1 of the paper, box by box, in the order of this file (which is the order the data flows):
+
+    Input / Output Embedding       `VanillaTransformerStack.embed_tokens` (x sqrt(d_model), section 3.4)
+    Positional Encoding            `VanillaTransformerSinusoidalPositionalEncoding` (section 3.5)
+    Multi-Head Attention           `VanillaTransformerAttention` (section 3.2.2), all three uses
+    Add & Norm                     `VanillaTransformerLayer.residual` (section 5.4)
+    Feed Forward                   `VanillaTransformerLayer.feed_forward` (section 3.3)
+    the left block, N x            `VanillaTransformerEncoderLayer`, stacked by `VanillaTransformerEncoder`
+    the right block, N x           `VanillaTransformerDecoderLayer` (masked self-attention, encoder-decoder
+                                   attention, feed-forward), stacked by `VanillaTransformerDecoder`
+    both stacks                    `VanillaTransformerModel`
+    Linear + Softmax               `VanillaTransformerForConditionalGeneration.lm_head`, trained by
+                                   `token_cross_entropy` (label smoothing, section 5.4)
+
+The other heads reuse one stack: `VanillaTransformerForCausalLM` (the decoder without cross-attention) and
+`VanillaTransformerForSequenceClassification` (the encoder).
 
 Shapes: b batch, s source length, t target length (new tokens), k key length (cache + new), n real (non-padding)
 tokens, h heads, d d_model, dh head dim, v vocabulary. Masks follow transformers: 2D `attention_mask` with 1 = real
 token, 0 = padding.
 """
 
-import os
+import copy
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
-from safetensors import SafetensorError
 from torch import nn
 from transformers import initialization as init
 from transformers.activations import ACT2FN
@@ -40,27 +46,13 @@ from transformers.modeling_outputs import (
 )
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS, PreTrainedModel
 from transformers.processing_utils import Unpack
-from transformers.utils import TransformersKwargs, can_return_tuple, is_torchdynamo_compiling, logging
+from transformers.utils import TransformersKwargs, can_return_tuple, is_torchdynamo_compiling
 from transformers.utils.generic import merge_with_config_defaults
 from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
 from .configuration_vanilla_transformer import VanillaTransformerConfig, max_new_tokens_for
-from .pipeline_translation import CUSTOM_PIPELINES  # imported, so that remote code ships the pipeline file too
-
-
-logger = logging.get_logger(__name__)
-
-
-def shift_tokens_right(input_ids: torch.Tensor, pad_token_id: int, decoder_start_token_id: int) -> torch.Tensor:
-    """Decoder inputs from labels: prepend `decoder_start_token_id`, drop the last token, replace -100 by padding."""
-    if pad_token_id is None or decoder_start_token_id is None:
-        raise ValueError(
-            "`config.pad_token_id` and `config.decoder_start_token_id` must be set to build decoder inputs."
-        )
-    shifted = input_ids.new_empty(input_ids.shape)
-    shifted[:, 1:] = input_ids[:, :-1]
-    shifted[:, 0] = decoder_start_token_id
-    return shifted.masked_fill_(shifted == -100, pad_token_id)
+from .input_checks import SEQUENCE, SOURCE, TARGET, StackInputs, check_encoder_states, check_inputs, check_labels
+from .saved_folder import SavedFolderModelMixin
 
 
 class VanillaTransformerSinusoidalPositionalEncoding(nn.Module):
@@ -81,25 +73,26 @@ class VanillaTransformerSinusoidalPositionalEncoding(nn.Module):
 
 
 class Padding:
-    """Which tokens of a batch are real, and their states packed into rows.
+    """Which tokens of one side (the source, or the target) are real, and their states packed into rows.
 
     The one speed optimization of this file: linear layers, layer norms, dropout and residual sums cost as much for a
     padding token as for a real one, so each stack packs its real tokens once, (b, t, d) -> (n, d), and every layer
     works on the packed rows; only the attention kernel, which needs the (b, t) layout, unpacks them. Padded positions
     come back as zeros. Without padding (or under `torch.compile`, where `nonzero` has no static size), packing and
-    unpacking do nothing.
+    unpacking do nothing. Built by each stack from its 2D `attention_mask`.
     """
 
     def __init__(self, attention_mask: torch.Tensor | None, pack: bool = True):
-        self.attention_mask = attention_mask  # the (b, t) mask while some token is padding (or when 4D/compiling)
-        self.index = None  # flat indices of the real tokens, when packing
-        if attention_mask is None or attention_mask.dim() != 2 or is_torchdynamo_compiling():
+        self.mask = None  # (b, t) 2D mask while some token is padding (or may be, when compiling); else None
+        self.index = None  # (n,) flat indices of the real tokens, when packing
+        if attention_mask is None or attention_mask.dim() != 2:  # a 4D mask is applied as given, without packing
+            return
+        if is_torchdynamo_compiling():
+            self.mask = attention_mask
             return
         index = attention_mask.flatten().nonzero().squeeze(-1)  # the only host synchronisation of a stack
-        if index.numel() == attention_mask.numel():
-            self.attention_mask = None
-        elif pack:
-            self.index = index
+        if index.numel() < attention_mask.numel():
+            self.mask, self.index = attention_mask, index if pack else None
 
     def pack(self, states: torch.Tensor) -> torch.Tensor:
         """(b, t, ...) -> (n, ...)."""
@@ -109,8 +102,8 @@ class Padding:
         """(n, ...) -> (b, t, ...), zeros at the padded positions."""
         if self.index is None:
             return states
-        unpacked = states.new_zeros(self.attention_mask.numel(), *states.shape[1:]).index_copy_(0, self.index, states)
-        return unpacked.view(*self.attention_mask.shape, *states.shape[1:])
+        unpacked = states.new_zeros(self.mask.numel(), *states.shape[1:]).index_copy_(0, self.index, states)
+        return unpacked.view(*self.mask.shape, *states.shape[1:])
 
 
 NO_PADDING = Padding(None)
@@ -163,12 +156,11 @@ class VanillaTransformerAttention(nn.Module):
 
     def forward(
         self,
-        hidden_states: torch.Tensor,  # (n, d) packed, or (b, t, d)
-        key_value_states: torch.Tensor | None = None,  # the encoder output, for cross-attention
+        hidden_states: torch.Tensor,  # (n, d) packed by `padding`, or (b, t, d)
+        key_value_states: torch.Tensor | None = None,  # the encoder output (b, s, d), for cross-attention
         attention_mask: torch.Tensor | None = None,
-        past_key_values: EncoderDecoderCache | None = None,
-        padding: Padding = NO_PADDING,
-        key_value_padding: Padding = NO_PADDING,
+        past_key_values: Cache | None = None,
+        padding: Padding = NO_PADDING,  # of `hidden_states`
         **kwargs,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         is_cross_attention = key_value_states is not None
@@ -178,9 +170,7 @@ class VanillaTransformerAttention(nn.Module):
             layer = past_key_values.cross_attention_cache.layers[self.layer_idx]
             key, value = layer.keys, layer.values
         else:
-            source, source_padding = (
-                (key_value_states, key_value_padding) if is_cross_attention else (hidden_states, padding)
-            )
+            source, source_padding = (key_value_states, NO_PADDING) if is_cross_attention else (hidden_states, padding)
             key = self.split_heads(self.k_proj(source), source_padding)  # (b, h, k, dh)
             value = self.split_heads(self.v_proj(source), source_padding)
             if past_key_values is not None:
@@ -190,18 +180,12 @@ class VanillaTransformerAttention(nn.Module):
                 key, value = cache.update(key, value, self.layer_idx)
                 if is_cross_attention:
                     past_key_values.is_updated[self.layer_idx] = True
-        attention_interface: Callable = ALL_ATTENTION_FUNCTIONS.get_interface(
+        attention_interface = ALL_ATTENTION_FUNCTIONS.get_interface(
             self.config._attn_implementation, eager_attention_forward
         )
+        dropout = self.dropout if self.training else 0.0
         output, weights = attention_interface(
-            self,
-            query,
-            key,
-            value,
-            attention_mask,
-            dropout=self.dropout if self.training else 0.0,
-            scaling=self.scaling,
-            **kwargs,
+            self, query, key, value, attention_mask, dropout=dropout, scaling=self.scaling, **kwargs
         )
         output = padding.pack(output.reshape(*output.shape[:2], -1))  # (b, t, h, dh) -> packed (n, d)
         return self.out_proj(output), weights
@@ -216,12 +200,6 @@ class VanillaTransformerLayer(GradientCheckpointingLayer):
         self.dropout = config.dropout
         self.activation_fn = ACT2FN[config.activation_function]
         self.activation_dropout = config.activation_dropout
-
-    def add_feed_forward(self, config: VanillaTransformerConfig, ffn_dim: int):
-        """Called by subclasses after their attention sublayers, so that modules are registered in data-flow order."""
-        self.fc1 = nn.Linear(config.d_model, ffn_dim)
-        self.fc2 = nn.Linear(ffn_dim, config.d_model)
-        self.final_layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
 
     def residual(self, layer_norm: nn.LayerNorm, hidden_states: torch.Tensor, sublayer: Callable, *args, **kwargs):
         """Post-norm `LayerNorm(x + Dropout(Sublayer(x)))` (section 5.4), or pre-norm `x + Dropout(Sublayer(LayerNorm(x)))`."""
@@ -239,25 +217,27 @@ class VanillaTransformerLayer(GradientCheckpointingLayer):
 
 
 class VanillaTransformerEncoderLayer(VanillaTransformerLayer):
+    """Figure 1, left: self-attention and feed-forward, each with Add & Norm."""
+
     def __init__(self, config: VanillaTransformerConfig, layer_idx: int | None = None):
         super().__init__(config)
         self.self_attn = VanillaTransformerAttention(config, config.encoder_attention_heads, False, layer_idx)
         self.self_attn_layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
-        self.add_feed_forward(config, config.encoder_ffn_dim)
+        self.fc1 = nn.Linear(config.d_model, config.encoder_ffn_dim)
+        self.fc2 = nn.Linear(config.encoder_ffn_dim, config.d_model)
+        self.final_layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
 
     def forward(self, hidden_states, attention_mask=None, padding: Padding = NO_PADDING, **kwargs) -> torch.Tensor:
+        attention = self.self_attn  # (hidden_states, key_value_states, attention_mask, past_key_values, padding)
         hidden_states = self.residual(
-            self.self_attn_layer_norm,
-            hidden_states,
-            self.self_attn,
-            attention_mask=attention_mask,
-            padding=padding,
-            **kwargs,
+            self.self_attn_layer_norm, hidden_states, attention, None, attention_mask, None, padding, **kwargs
         )
         return self.residual(self.final_layer_norm, hidden_states, self.feed_forward)
 
 
 class VanillaTransformerDecoderLayer(VanillaTransformerLayer):
+    """Figure 1, right: masked self-attention, attention over the encoder output, feed-forward, each with Add & Norm."""
+
     def __init__(self, config: VanillaTransformerConfig, layer_idx: int | None = None):
         super().__init__(config)
         self.self_attn = VanillaTransformerAttention(config, config.decoder_attention_heads, True, layer_idx)
@@ -265,7 +245,9 @@ class VanillaTransformerDecoderLayer(VanillaTransformerLayer):
         if config.is_encoder_decoder:  # decoder-only models have no encoder to attend to
             self.encoder_attn = VanillaTransformerAttention(config, config.decoder_attention_heads, False, layer_idx)
             self.encoder_attn_layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
-        self.add_feed_forward(config, config.decoder_ffn_dim)
+        self.fc1 = nn.Linear(config.d_model, config.decoder_ffn_dim)
+        self.fc2 = nn.Linear(config.decoder_ffn_dim, config.d_model)
+        self.final_layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
 
     def forward(
         self,
@@ -274,35 +256,33 @@ class VanillaTransformerDecoderLayer(VanillaTransformerLayer):
         encoder_hidden_states: torch.Tensor | None = None,  # positional, so reentrant gradient checkpointing sees it
         encoder_attention_mask: torch.Tensor | None = None,
         past_key_values: EncoderDecoderCache | None = None,
-        padding: Padding = NO_PADDING,
-        encoder_padding: Padding = NO_PADDING,
+        padding: Padding = NO_PADDING,  # of the target
         **kwargs,
     ) -> torch.Tensor:
+        # Attention arguments: (hidden_states, key_value_states, attention_mask, past_key_values, padding).
+        cache = past_key_values
+        # Self Attention
         hidden_states = self.residual(
-            self.self_attn_layer_norm,
-            hidden_states,
-            self.self_attn,
-            attention_mask=attention_mask,
-            past_key_values=past_key_values,
-            padding=padding,
-            **kwargs,
+            self.self_attn_layer_norm, hidden_states, self.self_attn, None, attention_mask, cache, padding, **kwargs
         )
-        if encoder_hidden_states is not None:  # not in decoder-only models
+        # Cross-Attention Block (not in decoder-only models)
+        if encoder_hidden_states is not None:
+            cross = (encoder_hidden_states, encoder_attention_mask, cache, padding)
             hidden_states = self.residual(
-                self.encoder_attn_layer_norm,
-                hidden_states,
-                self.encoder_attn,
-                encoder_hidden_states,
-                attention_mask=encoder_attention_mask,
-                past_key_values=past_key_values,
-                padding=padding,
-                key_value_padding=encoder_padding,
-                **kwargs,
+                self.encoder_attn_layer_norm, hidden_states, self.encoder_attn, *cross, **kwargs
             )
+        # Fully Connected
         return self.residual(self.final_layer_norm, hidden_states, self.feed_forward)
 
 
-class VanillaTransformerPreTrainedModel(PreTrainedModel):
+def _position_ids(attention_mask: torch.Tensor | None, length: int, past_length, device) -> torch.Tensor:
+    """Positions of the last `length` tokens, counting only real tokens so that left and right padding agree."""
+    if attention_mask is not None and attention_mask.dim() == 2:
+        return (attention_mask.long().cumsum(-1) - 1).clamp(min=0)[:, -length:]  # (b, t)
+    return (torch.arange(length, device=device) + past_length).unsqueeze(0)  # (1, t)
+
+
+class VanillaTransformerPreTrainedModel(SavedFolderModelMixin, PreTrainedModel):
     config: VanillaTransformerConfig
     config_class = VanillaTransformerConfig
     base_model_prefix = "model"
@@ -314,12 +294,6 @@ class VanillaTransformerPreTrainedModel(PreTrainedModel):
     _supports_flex_attn = True
     _supports_attention_backend = True
     _can_compile_fullgraph = True
-
-    def post_init(self):
-        super().post_init()
-        # Tied copies are not saved (only their source). Listed here, `Trainer` re-ties them on resume instead of
-        # warning about missing keys.
-        self._keys_to_ignore_on_save |= set(self.all_tied_weights_keys)
 
     @torch.no_grad()
     def _init_weights(self, module: nn.Module):
@@ -345,108 +319,14 @@ class VanillaTransformerPreTrainedModel(PreTrainedModel):
             )
         return embeddings
 
-    @classmethod
-    def from_pretrained(cls, pretrained_model_name_or_path, *args, **kwargs):
-        try:
-            return super().from_pretrained(pretrained_model_name_or_path, *args, **kwargs)
-        except SafetensorError as error:  # transformers passes it on without naming the folder
-            raise OSError(
-                f"The safetensors weights of {pretrained_model_name_or_path} cannot be read ({error}): the file is "
-                "corrupt or only partially downloaded (a git-lfs pointer, an interrupted copy). Download it again."
-            ) from error
-
-    def save_pretrained(self, save_directory, *args, **kwargs):
-        if self._auto_class in ("AutoModel", "AutoModelForSeq2SeqLM"):
-            # transformers copies the code files and maps only the saved class. Map both encoder-decoder classes, so
-            # that AutoModel and AutoModelForSeq2SeqLM load the folder as remote code whichever of them saved it, and
-            # name the pipeline, so that pipeline("translation", model=folder, trust_remote_code=True) works without
-            # this package.
-            module = self.__class__.__module__.rsplit(".", 1)[-1]
-            self.config.auto_map = {
-                **(getattr(self.config, "auto_map", None) or {}),
-                "AutoModel": f"{module}.VanillaTransformerModel",
-                "AutoModelForSeq2SeqLM": f"{module}.VanillaTransformerForConditionalGeneration",
-            }
-            self.config.custom_pipelines = CUSTOM_PIPELINES
-        super().save_pretrained(save_directory, *args, **kwargs)
-        if kwargs.get("is_main_process", True):
-            # safetensors (0.8) writes the weights through a temporary file of mode 0600 renamed into place; give them
-            # the mode the process umask gives every other file saved here. Reading the umask means setting it.
-            umask = os.umask(0o077)
-            os.umask(umask)
-            for name in os.listdir(save_directory):
-                if name.endswith(".safetensors"):
-                    os.chmod(os.path.join(save_directory, name), 0o666 & ~umask)
-
-
-def check_inputs(config, name: str, input_ids, inputs_embeds, attention_mask, past_length=0) -> None:
-    """Every check of a stack's inputs, with errors that name the argument (`name`: "input_ids" or
-    "decoder_input_ids") instead of an `IndexError` deep inside. Ids that `generate()` produced (`past_length > 0`)
-    are in range by construction."""
-    if (input_ids is None) == (inputs_embeds is None):
-        raise ValueError(f"Pass exactly one of `{name}` or `{name.replace('input_ids', 'inputs_embeds')}`.")
-    if input_ids is not None:
-        if input_ids.dtype.is_floating_point or input_ids.dtype.is_complex or input_ids.dtype == torch.bool:
-            raise TypeError(f"`{name}` must hold integer token ids (torch.long), got dtype {input_ids.dtype}.")
-        if input_ids.dim() != 2:
-            raise ValueError(f"`{name}` must have shape (batch_size, sequence_length), got {tuple(input_ids.shape)}.")
-        if input_ids.shape[1] == 0:
-            raise ValueError(f"`{name}` is empty (sequence length 0): every sequence needs a token, e.g. EOS.")
-        if isinstance(past_length, int) and past_length == 0:
-            _assert_token_ids(input_ids, name, config.vocab_size)
-    if not isinstance(past_length, int):  # a static cache's length is a tensor: nothing more to check per step
-        return
-    batch_size, length = (input_ids if input_ids is not None else inputs_embeds).shape[:2]
-    expected = (batch_size, past_length + length)
-    if attention_mask is not None and attention_mask.dim() != 4 and tuple(attention_mask.shape) != expected:
-        raise ValueError(
-            f"`{name.replace('input_ids', 'attention_mask')}` must have shape (batch_size, sequence_length) = "
-            f"{expected} with 1 for real tokens and 0 for padding, got {tuple(attention_mask.shape)}."
-        )
-    if past_length + length > config.max_position_embeddings:
-        raise ValueError(
-            f"The {'target' if name.startswith('decoder') else 'source'} sequence has {past_length + length} positions "
-            f"but the model supports at most max_position_embeddings={config.max_position_embeddings}; truncate the "
-            "input (e.g. tokenizer(..., truncation=True)) or generate fewer tokens."
-        )
-
-
-def check_labels(config, labels: torch.Tensor, batch_size: int | None) -> None:
-    if labels.dtype.is_floating_point or labels.dtype == torch.bool:
-        raise TypeError(f"`labels` must hold integer token ids (torch.long), got dtype {labels.dtype}.")
-    if batch_size is not None and labels.shape[0] != batch_size:
-        raise ValueError(f"`labels` has batch size {labels.shape[0]} but the source has batch size {batch_size}.")
-    _assert_token_ids(labels, "labels", config.vocab_size)
-
-
-def _assert_token_ids(ids: torch.Tensor, name: str, vocab_size: int) -> None:
-    if is_torchdynamo_compiling():
-        return
-    valid = ((ids >= 0) & (ids < vocab_size)) | ((ids == -100) if name == "labels" else False)
-    try:
-        torch._assert_async(valid.all())  # raises here on CPU; elsewhere checked on the device, without a stall
-    except RuntimeError:
-        bad = int(ids[~valid][0])
-        if name == "labels":
-            raise ValueError(
-                f"`labels` contains token id {bad}: labels must be in [0, {vocab_size}) or -100."
-            ) from None
-        raise ValueError(f"`{name}` contains token id {bad}, outside the vocabulary [0, {vocab_size}).") from None
-
-
-def _position_ids(attention_mask: torch.Tensor | None, length: int, past_length, device) -> torch.Tensor:
-    """Positions of the last `length` tokens, counting only real tokens so that left and right padding agree."""
-    if attention_mask is not None and attention_mask.dim() == 2:
-        return (attention_mask.long().cumsum(-1) - 1).clamp(min=0)[:, -length:]  # (b, t)
-    return (torch.arange(length, device=device) + past_length).unsqueeze(0)  # (1, t)
-
 
 class VanillaTransformerStack(VanillaTransformerPreTrainedModel):
     """What the encoder and the decoder share: token embeddings x sqrt(d_model) + sinusoidal positions (sections 3.4,
     3.5), with dropout on the sum (section 5.4), a stack of layers, and a final LayerNorm (pre-norm stacks)."""
 
-    def __init__(self, config: VanillaTransformerConfig, layers: list[nn.Module]):
+    def __init__(self, config: VanillaTransformerConfig, inputs: StackInputs, layers: list[nn.Module]):
         super().__init__(config)
+        self.inputs = inputs
         self.embed_scale = config.d_model**0.5 if config.scale_embedding else 1.0
         self.embed_tokens = nn.Embedding(config.vocab_size, config.d_model, config.pad_token_id)
         self.embed_positions = VanillaTransformerSinusoidalPositionalEncoding(config.d_model)
@@ -454,11 +334,9 @@ class VanillaTransformerStack(VanillaTransformerPreTrainedModel):
         self.layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps) if config.stack_layer_norm else None
         self.post_init()
 
-    def embed(
-        self, input_ids, inputs_embeds, attention_mask, past_length=0, name="input_ids", position_ids=None
-    ) -> torch.Tensor:
+    def embed(self, input_ids, inputs_embeds, attention_mask, past_length=0, position_ids=None) -> torch.Tensor:
         """(b, t) ids or (b, t, d) unscaled embeddings -> (b, t, d) input of the first layer."""
-        check_inputs(self.config, name, input_ids, inputs_embeds, attention_mask, past_length)
+        check_inputs(self.config, self.inputs, input_ids, inputs_embeds, attention_mask, past_length)
         if inputs_embeds is None:
             inputs_embeds = self.embed_tokens(input_ids)
         inputs_embeds = inputs_embeds.to(self.embed_tokens.weight.dtype)  # e.g. float32 embeddings into a half model
@@ -467,20 +345,20 @@ class VanillaTransformerStack(VanillaTransformerPreTrainedModel):
         hidden_states = inputs_embeds * self.embed_scale + self.embed_positions(position_ids).to(inputs_embeds.dtype)
         return nn.functional.dropout(hidden_states, p=self.config.dropout, training=self.training)
 
-    def padding(self, attention_mask: torch.Tensor | None, padding: Padding | None, kwargs: dict) -> Padding:
-        """The stack's `Padding`, unless recorded per-layer hidden states must keep their (b, t, d) shape."""
-        if kwargs.get("output_hidden_states", self.config.output_hidden_states):
-            return Padding(attention_mask, pack=False)
-        return padding if padding is not None else Padding(attention_mask)
+    def find_padding(self, attention_mask: torch.Tensor | None, kwargs: dict) -> Padding:
+        """The `Padding` of this stack's side. Recorded per-layer hidden states keep their (b, t, d) shape: then the
+        states are not packed."""
+        return Padding(attention_mask, pack=not kwargs.get("output_hidden_states", self.config.output_hidden_states))
 
-    def padding_mask(self, hidden_states: torch.Tensor, padding: Padding, key_states=None) -> torch.Tensor | None:
-        """The attention mask that hides `padding`'s padded keys (of `key_states`, else of `hidden_states`)."""
+    def padding_mask(self, hidden_states, attention_mask, key_states=None) -> torch.Tensor | None:
+        """The attention mask hiding the padded keys (of `key_states`, else of `hidden_states`): `attention_mask` is
+        `None` when no key is padding (known already: no synchronisation to find out), else a 2D or a 4D mask."""
         return create_bidirectional_mask(
             config=self.config,
             inputs_embeds=hidden_states,
-            attention_mask=padding.attention_mask,
+            attention_mask=attention_mask,
             encoder_hidden_states=key_states,
-            allow_is_bidirectional_skip=padding.attention_mask is None,  # known already: no synchronisation
+            allow_is_bidirectional_skip=attention_mask is None,
         )
 
     def finish(self, hidden_states: torch.Tensor, padding: Padding) -> torch.Tensor:
@@ -489,16 +367,29 @@ class VanillaTransformerStack(VanillaTransformerPreTrainedModel):
         return padding.unpack(hidden_states)  # (b, t, d)
 
 
+@dataclass
+class VanillaTransformerEncoderOutput(BaseModelOutput):
+    r"""
+    padding_mask (`torch.Tensor` of shape `(batch_size, source_length)`, *optional*):
+        The source's 2D attention mask while some source token is padding, `None` when none is: the decoder's
+        cross-attention reads it at every step without finding out again. Not part of the tuple form.
+    """
+
+    padding_mask: torch.Tensor | None = None
+
+    def to_tuple(self) -> tuple:
+        return tuple(value for name, value in self.items() if name != "padding_mask")
+
+
 class VanillaTransformerEncoder(VanillaTransformerStack):
     """`config.encoder_layers` [`VanillaTransformerEncoderLayer`]s over the embedded source."""
 
-    _can_record_outputs = {
-        "hidden_states": VanillaTransformerEncoderLayer,
-        "attentions": VanillaTransformerAttention,
-    }
+    _can_record_outputs = {"hidden_states": VanillaTransformerEncoderLayer, "attentions": VanillaTransformerAttention}
 
     def __init__(self, config: VanillaTransformerConfig):
-        super().__init__(config, [VanillaTransformerEncoderLayer(config, i) for i in range(config.encoder_layers)])
+        super().__init__(
+            config, SOURCE, [VanillaTransformerEncoderLayer(config, i) for i in range(config.encoder_layers)]
+        )
 
     @merge_with_config_defaults
     @capture_outputs
@@ -507,16 +398,19 @@ class VanillaTransformerEncoder(VanillaTransformerStack):
         input_ids: torch.LongTensor | None = None,  # (b, s)
         attention_mask: torch.Tensor | None = None,  # (b, s)
         inputs_embeds: torch.Tensor | None = None,  # (b, s, d), unscaled like `embed_tokens(input_ids)`
-        padding: Padding | None = None,  # `Padding(attention_mask)`, when the caller already has it
         **kwargs: Unpack[TransformersKwargs],
-    ) -> BaseModelOutput:
+    ) -> VanillaTransformerEncoderOutput:
         hidden_states = self.embed(input_ids, inputs_embeds, attention_mask)
-        padding = self.padding(attention_mask, padding, kwargs)
-        attention_mask = self.padding_mask(hidden_states, padding)
-        hidden_states = padding.pack(hidden_states)
+        source_padding = self.find_padding(attention_mask, kwargs)
+        is_4d = attention_mask is not None and attention_mask.dim() == 4
+        attention_mask = self.padding_mask(hidden_states, attention_mask if is_4d else source_padding.mask)
+        hidden_states = source_padding.pack(hidden_states)
         for encoder_layer in self.layers:
-            hidden_states = encoder_layer(hidden_states, attention_mask, padding=padding, **kwargs)
-        return BaseModelOutput(last_hidden_state=self.finish(hidden_states, padding))
+            hidden_states = encoder_layer(hidden_states, attention_mask, padding=source_padding, **kwargs)
+        return VanillaTransformerEncoderOutput(
+            last_hidden_state=self.finish(hidden_states, source_padding),
+            padding_mask=attention_mask if is_4d else source_padding.mask,
+        )
 
 
 class VanillaTransformerDecoder(VanillaTransformerStack):
@@ -529,7 +423,8 @@ class VanillaTransformerDecoder(VanillaTransformerStack):
     }
 
     def __init__(self, config: VanillaTransformerConfig):
-        super().__init__(config, [VanillaTransformerDecoderLayer(config, i) for i in range(config.decoder_layers)])
+        layers = [VanillaTransformerDecoderLayer(config, i) for i in range(config.decoder_layers)]
+        super().__init__(config, TARGET if config.is_encoder_decoder else SEQUENCE, layers)
 
     @merge_with_config_defaults
     @capture_outputs
@@ -538,77 +433,43 @@ class VanillaTransformerDecoder(VanillaTransformerStack):
         input_ids: torch.LongTensor | None = None,  # (b, t)
         attention_mask: torch.Tensor | None = None,  # (b, k): cached + new target tokens
         encoder_hidden_states: torch.Tensor | None = None,  # (b, s, d)
-        encoder_attention_mask: torch.Tensor | None = None,  # (b, s)
-        past_key_values: EncoderDecoderCache | None = None,
+        encoder_attention_mask: torch.Tensor | None = None,  # (b, s), None when no source token is padding
+        past_key_values: Cache | None = None,
         inputs_embeds: torch.Tensor | None = None,  # (b, t, d), unscaled
         use_cache: bool | None = None,
-        padding: Padding | None = None,  # of the new target tokens, when the caller already has it
-        encoder_padding: Padding | None = None,  # `Padding(encoder_attention_mask)`, when the caller already has it
         position_ids: torch.LongTensor | None = None,  # (b, t); by default counted over the real tokens
         **kwargs: Unpack[TransformersKwargs],
     ) -> BaseModelOutputWithPastAndCrossAttentions:
-        if (encoder_hidden_states is None) == self.config.is_encoder_decoder:
-            raise ValueError(
-                "The decoder needs `encoder_hidden_states`: pass `input_ids` or `encoder_outputs`."
-                if self.config.is_encoder_decoder
-                else "A decoder-only model (`config.is_encoder_decoder=False`) takes no `encoder_hidden_states`."
-            )
         if use_cache and past_key_values is None:
             past_key_values = DynamicCache(config=self.config)
             if self.config.is_encoder_decoder:
                 past_key_values = EncoderDecoderCache(past_key_values, DynamicCache(config=self.config))
         past_length = past_key_values.get_seq_length() if past_key_values is not None else 0
-        hidden_states = self.embed(
-            input_ids, inputs_embeds, attention_mask, past_length, "decoder_input_ids", position_ids
-        )
-        if attention_mask is not None and attention_mask.dim() == 2:
-            padding = self.padding(attention_mask[:, -hidden_states.shape[1] :], padding, kwargs)  # new tokens
-        else:
-            padding = self.padding(attention_mask, padding, kwargs)
-        causal_mask = self.causal_mask(hidden_states, attention_mask, padding, past_key_values, past_length)
-        encoder_states, cross_attention_mask = None, None
-        if encoder_hidden_states is not None:
-            encoder_states, cross_attention_mask, encoder_padding = self.cross_attention_inputs(
-                hidden_states, encoder_hidden_states, encoder_attention_mask, encoder_padding, past_key_values
-            )
-        hidden_states = padding.pack(hidden_states)
+        hidden_states = self.embed(input_ids, inputs_embeds, attention_mask, past_length, position_ids)
+        new_tokens = attention_mask[:, -hidden_states.shape[1] :] if attention_mask is not None else None
+        target_padding = self.find_padding(new_tokens, kwargs)
+        causal_mask = self.causal_mask(hidden_states, attention_mask, target_padding, past_key_values, past_length)
+        cross_attention_mask = self.cross_attention_mask(hidden_states, encoder_hidden_states, encoder_attention_mask)
+        hidden_states = target_padding.pack(hidden_states)
         for decoder_layer in self.layers:
             hidden_states = decoder_layer(
                 hidden_states,
                 causal_mask,
-                encoder_states,
+                encoder_hidden_states,
                 cross_attention_mask,
                 past_key_values=past_key_values,
-                padding=padding,
-                encoder_padding=encoder_padding,
+                padding=target_padding,
                 **kwargs,
             )
-        hidden_states = self.finish(hidden_states, padding)
         return BaseModelOutputWithPastAndCrossAttentions(
-            last_hidden_state=hidden_states, past_key_values=past_key_values
+            last_hidden_state=self.finish(hidden_states, target_padding), past_key_values=past_key_values
         )
 
-    def cross_attention_inputs(
-        self, hidden_states, encoder_hidden_states, encoder_attention_mask, encoder_padding, cache
-    ):
-        """The packed encoder output (for the keys and values, while they are not cached), its mask and `Padding`."""
-        if encoder_hidden_states.shape[0] != hidden_states.shape[0]:
-            raise ValueError(
-                f"The decoder inputs have batch size {hidden_states.shape[0]} but the encoder outputs have batch size "
-                f"{encoder_hidden_states.shape[0]}: source and target batches must match."
-            )
-        check_inputs(self.config, "input_ids", None, encoder_hidden_states, encoder_attention_mask)
-        encoder_padding = encoder_padding if encoder_padding is not None else Padding(encoder_attention_mask)
-        mask = self.padding_mask(hidden_states, encoder_padding, encoder_hidden_states)
-        if cache is not None and cache.is_updated.get(0, False):
-            return encoder_hidden_states, mask, encoder_padding  # keys and values are cached: the states are unused
-        return encoder_padding.pack(encoder_hidden_states), mask, encoder_padding
-
-    def causal_mask(self, hidden_states, attention_mask, padding: Padding, past_key_values, past_length):
+    def causal_mask(self, hidden_states, attention_mask, target_padding: Padding, past_key_values, past_length):
         """The self-attention mask over cached + new tokens, or `None` where the kernel's causal rule is enough."""
         no_past = isinstance(past_length, int) and past_length == 0  # a static cache's length is a tensor
-        if no_past:
-            attention_mask = padding.attention_mask  # known already: no synchronisation to find out
+        if no_past and (attention_mask is None or attention_mask.dim() == 2):
+            attention_mask = target_padding.mask  # known already: no synchronisation to find out
         cache = getattr(past_key_values, "self_attention_cache", past_key_values)
         if attention_mask is None and hidden_states.shape[1] == 1 and not getattr(cache, "is_compileable", False):
             return None  # one new token may see every cached one (a static cache would also hold empty slots)
@@ -619,6 +480,13 @@ class VanillaTransformerDecoder(VanillaTransformerStack):
             past_key_values=cache,
             allow_is_causal_skip=attention_mask is None or not no_past,
         )
+
+    def cross_attention_mask(self, hidden_states, encoder_hidden_states, encoder_attention_mask):
+        """The mask hiding the padded source tokens from the cross-attention (`None` for decoder-only models)."""
+        check_encoder_states(self.config, hidden_states, encoder_hidden_states)
+        if encoder_hidden_states is None:
+            return None
+        return self.padding_mask(hidden_states, encoder_attention_mask, encoder_hidden_states)
 
 
 class VanillaTransformerModel(VanillaTransformerPreTrainedModel):
@@ -662,36 +530,26 @@ class VanillaTransformerModel(VanillaTransformerPreTrainedModel):
         inputs_embeds: torch.Tensor | None = None,
         decoder_inputs_embeds: torch.Tensor | None = None,
         use_cache: bool | None = None,
-        decoder_padding: Padding | None = None,  # `Padding(decoder_attention_mask)`, when the caller already has it
         **kwargs: Unpack[TransformersKwargs],
     ) -> Seq2SeqModelOutput:
-        source_padding = None
         if encoder_outputs is None:
-            source_padding = Padding(attention_mask)  # shared by the encoder and the decoder's cross-attention
             encoder_outputs = self.encoder(
-                input_ids=input_ids,
-                attention_mask=attention_mask,
-                inputs_embeds=inputs_embeds,
-                padding=source_padding,
-                **kwargs,
+                input_ids=input_ids, attention_mask=attention_mask, inputs_embeds=inputs_embeds, **kwargs
             )
-        elif not isinstance(encoder_outputs, BaseModelOutput):
-            encoder_outputs = BaseModelOutput(*encoder_outputs)
+        elif not isinstance(encoder_outputs, VanillaTransformerEncoderOutput):
+            encoder_outputs = self.adopt_encoder_outputs(encoder_outputs, attention_mask)
         if past_key_values is not None and not isinstance(past_key_values, EncoderDecoderCache):
             raise TypeError(
                 f"`past_key_values` must be an `EncoderDecoderCache`, got {type(past_key_values).__name__}."
             )
-
         decoder_outputs = self.decoder(
             input_ids=decoder_input_ids,
             attention_mask=decoder_attention_mask,
             encoder_hidden_states=encoder_outputs.last_hidden_state,
-            encoder_attention_mask=attention_mask,
+            encoder_attention_mask=encoder_outputs.padding_mask,
             past_key_values=past_key_values,
             inputs_embeds=decoder_inputs_embeds,
             use_cache=use_cache,
-            padding=decoder_padding,
-            encoder_padding=source_padding,
             **kwargs,
         )
         return Seq2SeqModelOutput(
@@ -704,6 +562,51 @@ class VanillaTransformerModel(VanillaTransformerPreTrainedModel):
             encoder_hidden_states=encoder_outputs.hidden_states,
             encoder_attentions=encoder_outputs.attentions,
         )
+
+    def adopt_encoder_outputs(self, encoder_outputs, attention_mask) -> VanillaTransformerEncoderOutput:
+        """Encoder outputs computed elsewhere (a tuple, a `BaseModelOutput`), checked against the source mask, which
+        is kept only if some source token is padding. `generate()` keeps the encoder's own output, with its mask."""
+        if not isinstance(encoder_outputs, BaseModelOutput):
+            encoder_outputs = BaseModelOutput(*encoder_outputs)
+        check_inputs(self.config, SOURCE, None, encoder_outputs.last_hidden_state, attention_mask)
+        is_4d = attention_mask is not None and attention_mask.dim() == 4
+        padding_mask = attention_mask if is_4d else Padding(attention_mask, pack=False).mask
+        return VanillaTransformerEncoderOutput(**encoder_outputs, padding_mask=padding_mask)
+
+
+def token_cross_entropy(
+    logits: torch.Tensor,
+    labels: torch.Tensor,
+    num_items_in_batch: torch.Tensor | int | None,
+    config: VanillaTransformerConfig,
+) -> torch.Tensor:
+    """Token-level cross-entropy, label smoothed by `config.label_smoothing`, over the targets that are not -100.
+
+    It is divided by `num_items_in_batch` (passed by `Trainer`: the target count of the whole accumulated batch, so that
+    gradient accumulation gives the update of one large batch), else by the batch's target count. A batch without any
+    target has loss 0, not NaN.
+    """
+    logits, labels = logits.reshape(-1, logits.shape[-1]), labels.flatten().to(logits.device)
+    loss = nn.functional.cross_entropy(
+        logits.float(), labels, ignore_index=-100, reduction="sum", label_smoothing=config.label_smoothing
+    )
+    if num_items_in_batch is None:
+        num_items_in_batch = (labels != -100).sum().clamp(min=1)
+    elif torch.is_tensor(num_items_in_batch):
+        num_items_in_batch = num_items_in_batch.to(loss.device)
+    return loss / num_items_in_batch
+
+
+def shift_tokens_right(input_ids: torch.Tensor, pad_token_id: int, decoder_start_token_id: int) -> torch.Tensor:
+    """Decoder inputs from labels: prepend `decoder_start_token_id`, drop the last token, replace -100 by padding."""
+    if pad_token_id is None or decoder_start_token_id is None:
+        raise ValueError(
+            "`config.pad_token_id` and `config.decoder_start_token_id` must be set to build decoder inputs."
+        )
+    shifted = input_ids.new_empty(input_ids.shape)
+    shifted[:, 1:] = input_ids[:, :-1]
+    shifted[:, 0] = decoder_start_token_id
+    return shifted.masked_fill_(shifted == -100, pad_token_id)
 
 
 class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedModel, GenerationMixin):
@@ -767,18 +670,15 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
         **kwargs: Unpack[TransformersKwargs],
     ) -> Seq2SeqLMOutput:
         num_items_in_batch = kwargs.pop("num_items_in_batch", None)
-        target_padding = None
         if labels is not None:
             source = input_ids if input_ids is not None else inputs_embeds
             check_labels(self.config, labels, source.shape[0] if source is not None else None)
             use_cache = False
             if decoder_input_ids is None and decoder_inputs_embeds is None:
                 decoder_input_ids = self.prepare_decoder_input_ids_from_labels(labels)
-            if self.training:
-                if decoder_attention_mask is None:  # a causal decoder never needs what follows a row's last target
-                    decoder_attention_mask = (labels != -100).flip(-1).cummax(-1).values.flip(-1).long()
-                target_padding = Padding(decoder_attention_mask)  # shared with the decoder
-
+            if self.training and decoder_attention_mask is None:
+                # A causal decoder never needs what follows a row's last target.
+                decoder_attention_mask = (labels != -100).flip(-1).cummax(-1).values.flip(-1).long()
         outputs: Seq2SeqModelOutput = self.model(
             input_ids,
             attention_mask=attention_mask,
@@ -789,32 +689,30 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
             inputs_embeds=inputs_embeds,
             decoder_inputs_embeds=decoder_inputs_embeds,
             use_cache=use_cache,
-            decoder_padding=target_padding,
             **kwargs,
         )
-        hidden_states, loss = outputs.last_hidden_state, None
-        if target_padding is not None:  # project and score the real target positions only
-            logits = self.lm_head(target_padding.pack(hidden_states))  # (n, v)
-            loss = token_cross_entropy(logits, target_padding.pack(labels), num_items_in_batch, self.config)
-            logits = target_padding.unpack(logits)
-        else:
-            logits = self.lm_head(hidden_states)  # (b, t, v)
-            if labels is not None:
-                loss = token_cross_entropy(logits, labels, num_items_in_batch, self.config)
+        # In training, only the real target positions are projected and scored.
+        targets = Padding(decoder_attention_mask) if labels is not None and self.training else NO_PADDING
+        logits = self.lm_head(targets.pack(outputs.last_hidden_state))  # (n, v) or (b, t, v)
+        loss = None
+        if labels is not None:
+            loss = token_cross_entropy(logits, targets.pack(labels), num_items_in_batch, self.config)
         other_outputs = {name: value for name, value in outputs.items() if name != "last_hidden_state"}
-        return Seq2SeqLMOutput(loss=loss, logits=logits, **other_outputs)
+        return Seq2SeqLMOutput(loss=loss, logits=targets.unpack(logits), **other_outputs)
 
 
 class VanillaTransformerForCausalLM(VanillaTransformerPreTrainedModel, GenerationMixin):
-    """The decoder stack alone, GPT-style (`config.is_encoder_decoder=False`): masked self-attention and feed-forward
-    layers, no cross-attention, and the output projection tied to the token embeddings."""
+    """The decoder stack alone, GPT-style: masked self-attention and feed-forward layers, no cross-attention, and the
+    output projection tied to the token embeddings. As transformers' `BartForCausalLM`, it also takes an
+    encoder-decoder config and builds its decoder (the `decoder_*` fields)."""
 
     _tied_weights_keys = {"lm_head.weight": "model.embed_tokens.weight"}
 
     def __init__(self, config: VanillaTransformerConfig):
-        super().__init__(config)
         if config.is_encoder_decoder:
-            raise ValueError("VanillaTransformerForCausalLM needs a decoder-only config: `is_encoder_decoder=False`.")
+            config = copy.deepcopy(config)
+            config.is_encoder_decoder = False
+        super().__init__(config)
         self.model = VanillaTransformerDecoder(config)
         self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
         self.post_init()
@@ -896,29 +794,6 @@ class VanillaTransformerForSequenceClassification(VanillaTransformerPreTrainedMo
         return SequenceClassifierOutput(
             loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
         )
-
-
-def token_cross_entropy(
-    logits: torch.Tensor,
-    labels: torch.Tensor,
-    num_items_in_batch: torch.Tensor | int | None,
-    config: VanillaTransformerConfig,
-) -> torch.Tensor:
-    """Token-level cross-entropy, label smoothed by `config.label_smoothing`, over the targets that are not -100.
-
-    It is divided by `num_items_in_batch` (passed by `Trainer`: the target count of the whole accumulated batch, so that
-    gradient accumulation gives the update of one large batch), else by the batch's target count. A batch without any
-    target has loss 0, not NaN.
-    """
-    logits, labels = logits.reshape(-1, logits.shape[-1]), labels.flatten().to(logits.device)
-    loss = nn.functional.cross_entropy(
-        logits.float(), labels, ignore_index=-100, reduction="sum", label_smoothing=config.label_smoothing
-    )
-    if num_items_in_batch is None:
-        num_items_in_batch = (labels != -100).sum().clamp(min=1)
-    elif torch.is_tensor(num_items_in_batch):
-        num_items_in_batch = num_items_in_batch.to(loss.device)
-    return loss / num_items_in_batch
 
 
 __all__ = [

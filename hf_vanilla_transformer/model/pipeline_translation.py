@@ -1,16 +1,5 @@
 # Copyright 2026 The hf_vanilla_transformer authors.
-#
-# Licensed under the Apache License, Version 2.0 (the "License");
-# you may not use this file except in compliance with the License.
-# You may obtain a copy of the License at
-#
-#     http://www.apache.org/licenses/LICENSE-2.0
-#
-# Unless required by applicable law or agreed to in writing, software
-# distributed under the License is distributed on an "AS IS" BASIS,
-# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
-# See the License for the specific language governing permissions and
-# limitations under the License.
+# SPDX-License-Identifier: Apache-2.0
 """`pipeline("translation")` for transformers 5, which removed the built-in one, for any `AutoModelForSeq2SeqLM`.
 
 This file imports only torch and transformers: it ships as remote code next to the model code, and saved folders name it

@@ -1,6 +1,7 @@
 """What the three heads' recipes share: the paper's optimizer and schedule, the demo model's sizes, sizes and a
 tokenizer -> a configuration, and the argument parsing of `hf-vanilla-transformer train ...`."""
 
+from huggingface_hub.errors import StrictDataclassError
 from transformers import HfArgumentParser, MarianConfig, PreTrainedConfig
 
 from ..errors import InputError, OneLineErrors
@@ -80,8 +81,8 @@ def model_config_for(architecture: str = "vanilla", **fields) -> PreTrainedConfi
             forced_eos_token_id=None,
         )
         return MarianConfig(**{**same_architecture, **fields})
-    except ValueError as error:  # sizes that do not fit together, named by the configuration
-        raise InputError(str(error)) from None
+    except (ValueError, StrictDataclassError) as error:  # sizes that do not fit together, named by the configuration
+        raise InputError(str(error.__cause__ or error)) from None
 
 
 def single_stack_config(

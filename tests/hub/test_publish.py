@@ -45,7 +45,13 @@ METRICS = {
     },
     "command": "hf-vanilla-transformer train translation --output_dir runs/demo",
 }
-CODE_FILES = ("configuration_vanilla_transformer.py", "modeling_vanilla_transformer.py", "pipeline_translation.py")
+CODE_FILES = (
+    "configuration_vanilla_transformer.py",
+    "modeling_vanilla_transformer.py",
+    "pipeline_translation.py",
+    "saved_folder.py",
+    "input_checks.py",
+)
 PUBLISHED = {
     "README.md",
     "config.json",

@@ -17,6 +17,16 @@ from hf_vanilla_transformer import (
 from tests.helpers import random_batch, run_without_package, tiny_config
 
 
+# The model's files, copied into every folder saved from the package.
+CODE_FILES = (
+    "configuration_vanilla_transformer.py",
+    "modeling_vanilla_transformer.py",
+    "pipeline_translation.py",
+    "saved_folder.py",
+    "input_checks.py",
+)
+
+
 @pytest.fixture(scope="module")
 def saved_model(tmp_path_factory):
     path = tmp_path_factory.mktemp("saved")
@@ -42,9 +52,7 @@ def test_saved_folder_holds_safetensors_configs_code_auto_map_and_pipeline(saved
         "config.json",
         "generation_config.json",
         "model.safetensors",
-        "configuration_vanilla_transformer.py",
-        "modeling_vanilla_transformer.py",
-        "pipeline_translation.py",
+        *CODE_FILES,
     } <= files
     assert not any(name.endswith((".bin", ".pt", ".pkl")) for name in files)
     config = json.loads((path / "config.json").read_text())
@@ -66,18 +74,20 @@ def test_saved_files_are_readable_by_others_as_the_umask_allows(saved_model):
 
 
 def test_code_files_import_only_what_transformers_brings_and_each_other(saved_model):
-    """Remote code: the folder's users have transformers (with torch and safetensors) and the standard library."""
+    """Remote code: the folder's users have transformers (with torch, safetensors and huggingface_hub) and the standard
+    library."""
     _, path = saved_model
-    for name in ("configuration_vanilla_transformer.py", "modeling_vanilla_transformer.py", "pipeline_translation.py"):
+    for name in CODE_FILES:
         for line in (path / name).read_text().splitlines():
             if line.strip().startswith(("import ", "from ")):
                 module = line.split()[1]
                 assert module.split(".")[0] in {
+                    "huggingface_hub",
                     "safetensors",
                     "torch",
                     "transformers",
                     *sys.stdlib_module_names,
-                } or module in {".configuration_vanilla_transformer", ".pipeline_translation"}, f"{name}: {line}"
+                } or module in {f".{file.removesuffix('.py')}" for file in CODE_FILES}, f"{name}: {line}"
 
 
 def test_save_load_round_trip_gives_identical_outputs(saved_model):

@@ -85,9 +85,24 @@ def test_auto_class_builds_the_decoder_stack_without_cross_attention():
     assert "model.layer_norm.weight" in make_model(norm_first=True).state_dict()
 
 
-def test_an_encoder_decoder_config_is_refused_with_the_flag_to_set():
-    with pytest.raises(ValueError, match="is_encoder_decoder=False"):
-        VanillaTransformerForCausalLM(tiny_config())
+def test_an_encoder_decoder_config_builds_its_decoder_as_transformers_causal_lms_do():
+    """As `BartForCausalLM` / `MarianForCausalLM`: the default config gives the decoder stack, sized by `decoder_*`."""
+    config = tiny_config(decoder_layers=3, encoder_layers=1, decoder_ffn_dim=24)
+    torch.manual_seed(0)
+    from_encoder_decoder = VanillaTransformerForCausalLM(config).eval()
+    torch.manual_seed(0)
+    decoder_only = VanillaTransformerForCausalLM(
+        tiny_config(decoder_layers=3, decoder_ffn_dim=24, is_encoder_decoder=False)
+    )
+    decoder_only.eval()
+    assert config.is_encoder_decoder and not from_encoder_decoder.config.is_encoder_decoder
+    assert len(from_encoder_decoder.model.layers) == 3
+    assert from_encoder_decoder.model.layers[0].fc1.out_features == 24
+    assert not hasattr(from_encoder_decoder.model.layers[0], "encoder_attn")
+    input_ids = torch.tensor([[5, 6, 7, 8], [9, 10, 11, 2]])
+    torch.testing.assert_close(from_encoder_decoder(input_ids).logits, decoder_only(input_ids).logits)
+    generated = from_encoder_decoder.generate(input_ids, max_new_tokens=3, do_sample=False)
+    assert generated.shape == (2, 7)
 
 
 @pytest.mark.parametrize("norm_first", [False, True], ids=["post-norm", "pre-norm"])

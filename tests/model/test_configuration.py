@@ -4,6 +4,7 @@ import ast
 import inspect
 
 import pytest
+from huggingface_hub.errors import StrictDataclassClassValidationError, StrictDataclassFieldValidationError
 from transformers import AutoConfig, MarianConfig
 
 from hf_vanilla_transformer import VanillaTransformerConfig, paper_generation_config
@@ -60,24 +61,40 @@ def test_auto_config_builds_it_by_model_type():
         (dict(encoder_layers=-1), "encoder_layers"),
         (dict(decoder_ffn_dim=0), "decoder_ffn_dim"),
         (dict(max_position_embeddings=0), "max_position_embeddings"),
-        (dict(d_model=512.0), "d_model"),
         (dict(dropout=1.0), "dropout"),
         (dict(label_smoothing=1.0), "label_smoothing"),
-        (dict(stack_layer_norm="yes"), "stack_layer_norm"),
         (dict(attention_dropout=-0.1), "attention_dropout"),
         (dict(activation_function="swishy"), "activation_function"),
-        (dict(layer_norm_eps=0), "layer_norm_eps"),
+        (dict(layer_norm_eps=0.0), "layer_norm_eps"),
         (dict(init_std=-1.0), "init_std"),
-        (dict(init_std=None), "init_std"),
         (dict(vocab_size=100, pad_token_id=100), "pad_token_id"),
         (dict(vocab_size=100, eos_token_id=[2, 150]), "eos_token_id"),
         (dict(bos_token_id=-1), "bos_token_id"),
         (dict(vocab_size=100, decoder_start_token_id=1000), "decoder_start_token_id"),
     ],
 )
-def test_inconsistent_values_raise_a_value_error_naming_the_field(kwargs, field):
-    with pytest.raises(ValueError, match=f"`{field}`"):
+def test_inconsistent_values_raise_naming_the_field(kwargs, field):
+    with pytest.raises(StrictDataclassClassValidationError, match=f"VanillaTransformerConfig: `{field}` must be"):
         VanillaTransformerConfig(**kwargs)
+
+
+@pytest.mark.parametrize(
+    "kwargs, field",
+    [
+        (dict(d_model=512.0), "d_model"),
+        (dict(stack_layer_norm="yes"), "stack_layer_norm"),
+        (dict(layer_norm_eps=0), "layer_norm_eps"),
+        (dict(init_std=None), "init_std"),
+        (dict(dropout=True), "dropout"),
+        (dict(classifier_pooling="max"), "classifier_pooling"),
+    ],
+)
+def test_values_of_the_wrong_type_raise_naming_the_field(kwargs, field):
+    with pytest.raises(StrictDataclassFieldValidationError, match=f"field '{field}'"):
+        VanillaTransformerConfig(**kwargs)
+    config = VanillaTransformerConfig()
+    with pytest.raises(StrictDataclassFieldValidationError, match=f"field '{field}'"):  # on assignment too
+        setattr(config, field, kwargs[field])
 
 
 def test_round_trip_through_dict_and_folder(tmp_path):

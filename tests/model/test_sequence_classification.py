@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import torch
 from datasets import Dataset, DatasetDict
+from huggingface_hub.errors import StrictDataclassFieldValidationError
 from transformers import (
     AutoModelForSequenceClassification,
     DataCollatorWithPadding,
@@ -362,5 +363,5 @@ def test_trainer_fine_tunes_a_language_identifier_well_above_chance(tmp_path):
 
 
 def test_an_unknown_pooling_is_refused_naming_the_setting():
-    with pytest.raises(ValueError, match="classifier_pooling"):
+    with pytest.raises(StrictDataclassFieldValidationError, match="classifier_pooling"):
         tiny_config(classifier_pooling="max")

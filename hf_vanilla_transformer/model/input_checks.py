@@ -1,0 +1,103 @@
+# Copyright 2026 The hf_vanilla_transformer authors.
+# SPDX-License-Identifier: Apache-2.0
+"""The checks of the model's inputs: one typed block, reached by one call per stack, so that a caller's mistake is an
+error naming the argument and what was expected instead of an `IndexError` or a NaN deep inside a layer.
+
+Not the paper, so not in the modeling file; it ships beside it as remote code and imports only torch and transformers.
+"""
+
+from dataclasses import dataclass
+
+import torch
+from transformers.utils import is_torchdynamo_compiling
+
+
+@dataclass(frozen=True)
+class StackInputs:
+    """The argument names of one stack's inputs, so that every error names what the caller passed."""
+
+    ids: str
+    embeds: str
+    mask: str
+    side: str
+
+
+SOURCE = StackInputs("input_ids", "inputs_embeds", "attention_mask", "source")
+TARGET = StackInputs("decoder_input_ids", "decoder_inputs_embeds", "decoder_attention_mask", "target")
+SEQUENCE = StackInputs("input_ids", "inputs_embeds", "attention_mask", "target")  # decoder-only models
+
+
+def check_inputs(config, names: StackInputs, input_ids, inputs_embeds, attention_mask, past_length=0) -> None:
+    """Every check of a stack's inputs, with errors naming the argument instead of an `IndexError` deep inside. Ids
+    that `generate()` produced (`past_length > 0`) are in range by construction."""
+    if (input_ids is None) == (inputs_embeds is None):
+        raise ValueError(f"Pass exactly one of `{names.ids}` or `{names.embeds}`.")
+    if input_ids is not None:
+        if input_ids.dtype.is_floating_point or input_ids.dtype.is_complex or input_ids.dtype == torch.bool:
+            raise TypeError(f"`{names.ids}` must hold integer token ids (torch.long), got dtype {input_ids.dtype}.")
+        if input_ids.dim() != 2:
+            raise ValueError(
+                f"`{names.ids}` must have shape (batch_size, sequence_length), got {tuple(input_ids.shape)}."
+            )
+        if input_ids.shape[1] == 0:
+            raise ValueError(f"`{names.ids}` is empty (sequence length 0): every sequence needs a token, e.g. EOS.")
+        if isinstance(past_length, int) and past_length == 0:
+            assert_token_ids(input_ids, names.ids, config.vocab_size)
+    if not isinstance(past_length, int):  # a static cache's length is a tensor: nothing more to check per step
+        return
+    batch_size, length = (input_ids if input_ids is not None else inputs_embeds).shape[:2]
+    expected = (batch_size, past_length + length)
+    if attention_mask is not None and attention_mask.dim() != 4 and tuple(attention_mask.shape) != expected:
+        raise ValueError(
+            f"`{names.mask}` must have shape (batch_size, sequence_length) = {expected} with 1 for real tokens and 0 "
+            f"for padding, got {tuple(attention_mask.shape)}."
+        )
+    if past_length + length > config.max_position_embeddings:
+        raise ValueError(
+            f"The {names.side} sequence has {past_length + length} positions but the model supports at most "
+            f"max_position_embeddings={config.max_position_embeddings}; truncate the input (e.g. "
+            "tokenizer(..., truncation=True)) or generate fewer tokens."
+        )
+
+
+def check_labels(config, labels: torch.Tensor, batch_size: int | None) -> None:
+    if labels.dtype.is_floating_point or labels.dtype == torch.bool:
+        raise TypeError(f"`labels` must hold integer token ids (torch.long), got dtype {labels.dtype}.")
+    if batch_size is not None and labels.shape[0] != batch_size:
+        raise ValueError(f"`labels` has batch size {labels.shape[0]} but the source has batch size {batch_size}.")
+    assert_token_ids(labels, "labels", config.vocab_size, ignore_index=-100)
+
+
+def assert_token_ids(ids: torch.Tensor, name: str, vocab_size: int, ignore_index: int | None = None) -> None:
+    """Ids in [0, vocab_size) (or `ignore_index`), asserted on the device without stalling it. On the CPU the assert
+    raises at once, and only then are the ids read to name the first bad one."""
+    if is_torchdynamo_compiling():
+        return
+    valid = (ids >= 0) & (ids < vocab_size)
+    if ignore_index is not None:
+        valid |= ids == ignore_index
+    try:
+        torch._assert_async(valid.all())
+    except RuntimeError:
+        bad, allowed = int(ids[~valid][0]), f"[0, {vocab_size})"
+        if ignore_index is None:
+            raise ValueError(f"`{name}` contains token id {bad}, outside the vocabulary {allowed}.") from None
+        raise ValueError(f"`{name}` contains token id {bad}: {name} must be in {allowed} or {ignore_index}.") from None
+
+
+def check_encoder_states(config, hidden_states, encoder_hidden_states) -> None:
+    """The decoder's encoder states: present exactly in encoder-decoder models, with the target's batch size."""
+    if (encoder_hidden_states is None) == config.is_encoder_decoder:
+        raise ValueError(
+            "The decoder needs `encoder_hidden_states`: pass `input_ids` or `encoder_outputs`."
+            if config.is_encoder_decoder
+            else "A decoder-only model (`config.is_encoder_decoder=False`) takes no `encoder_hidden_states`."
+        )
+    if encoder_hidden_states is not None and encoder_hidden_states.shape[0] != hidden_states.shape[0]:
+        raise ValueError(
+            f"The decoder inputs have batch size {hidden_states.shape[0]} but the encoder outputs have batch size "
+            f"{encoder_hidden_states.shape[0]}: source and target batches must match."
+        )
+
+
+__all__ = ["SEQUENCE", "SOURCE", "TARGET", "StackInputs", "check_encoder_states", "check_inputs", "check_labels"]
