@@ -31,6 +31,26 @@ ROOT = Path(__file__).resolve().parents[1]
 
 # ------------------------------------------------------------------------------------------- tiny models and data
 
+# The code files of the model room, which `save_pretrained` copies into every folder it saves.
+MODEL_CODE_FILES = (
+    "configuration_vanilla_transformer.py",
+    "modeling_vanilla_transformer.py",
+    "pipeline_translation.py",
+    "input_checks.py",
+    "saved_folder.py",
+)
+# A translator that learns a few hundred short pairs in seconds (no dropout: the tests want them learnt by heart).
+SMALL_TRANSLATOR = dict(
+    d_model=64,
+    encoder_layers=2,
+    decoder_layers=2,
+    encoder_attention_heads=4,
+    decoder_attention_heads=4,
+    encoder_ffn_dim=128,
+    decoder_ffn_dim=128,
+    max_position_embeddings=128,
+    dropout=0.0,
+)
 TINY = dict(
     vocab_size=99,
     d_model=16,
@@ -127,18 +147,7 @@ def _train(steps: int) -> Path:
     torch.manual_seed(0)
     pairs = short_pairs()
     tokenizer = train_shared_bpe_tokenizer((text for pair in pairs for text in pair), vocab_size=400)
-    config = VanillaTransformerConfig(
-        vocab_size=len(tokenizer),
-        d_model=64,
-        encoder_layers=2,
-        decoder_layers=2,
-        encoder_attention_heads=4,
-        decoder_attention_heads=4,
-        encoder_ffn_dim=128,
-        decoder_ffn_dim=128,
-        max_position_embeddings=128,
-        dropout=0.0,
-    )
+    config = VanillaTransformerConfig(vocab_size=len(tokenizer), **SMALL_TRANSLATOR)
     model = VanillaTransformerForConditionalGeneration(config)
     optimizer = torch.optim.Adam(model.parameters(), lr=3e-3, betas=(0.9, 0.98))
     model.train()

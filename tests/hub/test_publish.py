@@ -19,7 +19,7 @@ from hf_vanilla_transformer import TranslationPipeline, VanillaTransformerForCon
 from hf_vanilla_transformer.errors import InputError
 from hf_vanilla_transformer.hub.model_card import check_model_card, make_model_card
 from hf_vanilla_transformer.hub.publish import publish_to_hub, stage_for_hub
-from tests.helpers import ROOT, run_without_package, tiny_config, tiny_tokenizer
+from tests.helpers import MODEL_CODE_FILES, ROOT, run_without_package, tiny_config, tiny_tokenizer
 
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
@@ -45,13 +45,6 @@ METRICS = {
     },
     "command": "hf-vanilla-transformer train translation --output_dir runs/demo",
 }
-CODE_FILES = (
-    "configuration_vanilla_transformer.py",
-    "modeling_vanilla_transformer.py",
-    "pipeline_translation.py",
-    "saved_folder.py",
-    "input_checks.py",
-)
 PUBLISHED = {
     "README.md",
     "config.json",
@@ -59,7 +52,7 @@ PUBLISHED = {
     "model.safetensors",
     "tokenizer.json",
     "tokenizer_config.json",
-    *CODE_FILES,
+    *MODEL_CODE_FILES,
 }
 SOURCES = ["Ich habe Hunger.", "Wo ist der Bahnhof?", "", "Tom ist nicht hier."]
 
@@ -93,7 +86,7 @@ def test_dry_run_writes_exactly_the_files_to_publish(trained_dir, tmp_path):
     )
     assert {path.name for path in out.iterdir()} == PUBLISHED
     package = Path(hf_vanilla_transformer.__file__).parent / "model"
-    for name in CODE_FILES:
+    for name in MODEL_CODE_FILES:
         assert filecmp.cmp(out / name, package / name, shallow=False), name
     config = json.loads((out / "config.json").read_text())
     seq2seq = config["auto_map"]["AutoModelForSeq2SeqLM"]

@@ -14,17 +14,7 @@ from hf_vanilla_transformer import (
     VanillaTransformerForConditionalGeneration,
     VanillaTransformerModel,
 )
-from tests.helpers import random_batch, run_without_package, tiny_config
-
-
-# The model's files, copied into every folder saved from the package.
-CODE_FILES = (
-    "configuration_vanilla_transformer.py",
-    "modeling_vanilla_transformer.py",
-    "pipeline_translation.py",
-    "saved_folder.py",
-    "input_checks.py",
-)
+from tests.helpers import MODEL_CODE_FILES, random_batch, run_without_package, tiny_config
 
 
 @pytest.fixture(scope="module")
@@ -52,7 +42,7 @@ def test_saved_folder_holds_safetensors_configs_code_auto_map_and_pipeline(saved
         "config.json",
         "generation_config.json",
         "model.safetensors",
-        *CODE_FILES,
+        *MODEL_CODE_FILES,
     } <= files
     assert not any(name.endswith((".bin", ".pt", ".pkl")) for name in files)
     config = json.loads((path / "config.json").read_text())
@@ -77,7 +67,7 @@ def test_code_files_import_only_what_transformers_brings_and_each_other(saved_mo
     """Remote code: the folder's users have transformers (with torch, safetensors and huggingface_hub) and the standard
     library."""
     _, path = saved_model
-    for name in CODE_FILES:
+    for name in MODEL_CODE_FILES:
         for line in (path / name).read_text().splitlines():
             if line.strip().startswith(("import ", "from ")):
                 module = line.split()[1]
@@ -87,7 +77,7 @@ def test_code_files_import_only_what_transformers_brings_and_each_other(saved_mo
                     "torch",
                     "transformers",
                     *sys.stdlib_module_names,
-                } or module in {f".{file.removesuffix('.py')}" for file in CODE_FILES}, f"{name}: {line}"
+                } or module in {f".{file.removesuffix('.py')}" for file in MODEL_CODE_FILES}, f"{name}: {line}"
 
 
 def test_save_load_round_trip_gives_identical_outputs(saved_model):

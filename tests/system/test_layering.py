@@ -7,19 +7,14 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import MODEL_CODE_FILES
+
 
 PACKAGE = Path(__file__).resolve().parents[2] / "hf_vanilla_transformer"
 # Rooms from the bottom up: a module may import its own room and the rooms below it. `errors` (the one error type) is
 # at the bottom; the command-line entry point at the top.
 LAYERS = ["errors", "model", "data", "training", "interop", "translate", "hub", "recipes", "demo", "cli"]
 TOP_LEVEL = {"__init__.py", "__main__.py", "cli.py", "errors.py"}
-MODEL_FILES = {
-    "configuration_vanilla_transformer.py",
-    "modeling_vanilla_transformer.py",
-    "pipeline_translation.py",
-    "saved_folder.py",
-    "input_checks.py",
-}
 
 
 def room_of(path: Path) -> str:
@@ -53,7 +48,7 @@ def test_the_package_top_holds_only_the_public_api_the_entry_point_and_the_error
 
 
 def test_the_model_room_is_the_remote_code_files():
-    assert {path.name for path in (PACKAGE / "model").glob("*.py")} - {"__init__.py"} == MODEL_FILES
+    assert {path.name for path in (PACKAGE / "model").glob("*.py")} - {"__init__.py"} == set(MODEL_CODE_FILES)
 
 
 @pytest.mark.parametrize("path", MODULES, ids=lambda path: str(path.relative_to(PACKAGE)))
@@ -70,7 +65,7 @@ def test_no_module_imports_a_higher_room_or_a_private_name(path):
             assert not private, f"{path.name} imports the private {private} of {module}"
 
 
-@pytest.mark.parametrize("name", sorted(MODEL_FILES))
+@pytest.mark.parametrize("name", sorted(MODEL_CODE_FILES))
 def test_model_files_import_only_the_standard_library_torch_transformers_and_each_other(name):
     # They are copied into every saved folder and run as remote code where this package is not installed.
     import sys
@@ -79,7 +74,7 @@ def test_model_files_import_only_the_standard_library_torch_transformers_and_eac
     tree = ast.parse(path.read_text(encoding="utf-8"))
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom) and node.level:
-            assert node.level == 1 and f"{node.module}.py" in MODEL_FILES, (
+            assert node.level == 1 and f"{node.module}.py" in MODEL_CODE_FILES, (
                 f"{name}: from {'.' * node.level}{node.module}"
             )
         elif isinstance(node, (ast.Import, ast.ImportFrom)):

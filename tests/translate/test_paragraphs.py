@@ -23,7 +23,7 @@ from hf_vanilla_transformer.data.trained_on import TrainedOn, record_trained_on
 from hf_vanilla_transformer.training.metrics import corpus_scores
 from hf_vanilla_transformer.translate.sentences import split_sentences
 from hf_vanilla_transformer.translate.translator import load_translator, translate_lines
-from tests.helpers import one_thread
+from tests.helpers import SMALL_TRANSLATOR, one_thread
 
 
 pytestmark = pytest.mark.slow  # training, exports
@@ -42,18 +42,7 @@ def model_dir(tmp_path_factory):
     pairs = [(pair["de"], pair["en"]) for pair in SHORT + LONGEST]
     tokenizer = train_shared_bpe_tokenizer((pair[lang] for pair in PAIRS for lang in ("de", "en")), 1500, 128, 1)
     torch.manual_seed(0)
-    config = VanillaTransformerConfig(
-        vocab_size=len(tokenizer),
-        d_model=64,
-        encoder_layers=2,
-        decoder_layers=2,
-        encoder_attention_heads=4,
-        decoder_attention_heads=4,
-        encoder_ffn_dim=128,
-        decoder_ffn_dim=128,
-        max_position_embeddings=128,
-        dropout=0.0,
-    )
+    config = VanillaTransformerConfig(vocab_size=len(tokenizer), **SMALL_TRANSLATOR)
     model = VanillaTransformerForConditionalGeneration(config)
     batch = tokenizer([de for de, _ in pairs], text_target=[en for _, en in pairs], padding=True, return_tensors="pt")
     batch["labels"][batch["labels"] == tokenizer.pad_token_id] = -100
