@@ -15,7 +15,6 @@ config needs nothing else; otherwise the backend calls `generate()`.
 
 import torch
 from transformers import GenerationConfig
-from transformers.modeling_outputs import BaseModelOutput
 
 from ..data.trained_on import FIELD
 
@@ -72,7 +71,7 @@ def decode(model, input_ids, attention_mask, limits: list[int], generation_confi
     device = input_ids.device
     search = _Search(
         model,
-        model.get_encoder()(input_ids=input_ids, attention_mask=attention_mask, return_dict=True).last_hidden_state,
+        model.get_encoder()(input_ids=input_ids, attention_mask=attention_mask, return_dict=True),
         attention_mask,
         generation_config.num_beams or 1,
         [ids[0] for ids in generation_config.bad_words_ids or []],
@@ -89,19 +88,27 @@ def _ids(value) -> list[int]:
     return [] if value is None else value if isinstance(value, list) else [value]
 
 
-class _Search:
-    """The sentences still decoding: their encoder states, source masks and key/value cache, num_beams rows each."""
+def _rows(outputs, select):
+    """`outputs` (a `ModelOutput` of batch-first tensors) with `select` applied to each of its tensors."""
+    return type(outputs)(**{name: select(value) for name, value in outputs.items()})
 
-    def __init__(self, model, encoder_states, attention_mask, num_beams: int, banned: list[int]):
+
+class _Search:
+    """The sentences still decoding: their encoder output, source masks and key/value cache, num_beams rows each.
+
+    The encoder output is kept as the encoder returned it (for this package's model it also carries what the decoder
+    needs of the source mask, found once), its tensors cut to the rows still decoding."""
+
+    def __init__(self, model, encoder_outputs, attention_mask, num_beams: int, banned: list[int]):
         self.model, self.num_beams, self.banned, self.cache = model, num_beams, banned, None
-        self.encoder_states = encoder_states.repeat_interleave(num_beams, dim=0)  # (rows, s, d)
+        self.encoder_outputs = _rows(encoder_outputs, lambda tensor: tensor.repeat_interleave(num_beams, dim=0))
         self.attention_mask = attention_mask.repeat_interleave(num_beams, dim=0)
-        self.sentences = torch.arange(encoder_states.shape[0], device=encoder_states.device)  # their input rows
+        self.sentences = torch.arange(attention_mask.shape[0], device=attention_mask.device)  # their input rows
 
     def logits(self, tokens: torch.Tensor) -> torch.Tensor:
         """(rows, vocab) float32 logits of the next token after `tokens` (rows,)."""
         outputs = self.model(
-            encoder_outputs=BaseModelOutput(last_hidden_state=self.encoder_states),
+            encoder_outputs=self.encoder_outputs,
             attention_mask=self.attention_mask,
             decoder_input_ids=tokens[:, None],
             past_key_values=self.cache,
@@ -120,7 +127,7 @@ class _Search:
         """Go on with these sentences (indices into the current ones) only; returns them for indexing other state."""
         rows = (sentences[:, None] * self.num_beams + torch.arange(self.num_beams, device=sentences.device)).view(-1)
         self.cache.reorder_cache(rows)
-        self.encoder_states = self.encoder_states.index_select(0, rows)
+        self.encoder_outputs = _rows(self.encoder_outputs, lambda tensor: tensor.index_select(0, rows))
         self.attention_mask = self.attention_mask.index_select(0, rows)
         self.sentences = self.sentences[sentences]
         return sentences
