@@ -37,6 +37,7 @@ MODEL_CODE_FILES = (
     "modeling_vanilla_transformer.py",
     "pipeline_translation.py",
     "input_checks.py",
+    "padding.py",
     "saved_folder.py",
 )
 # A translator that learns a few hundred short pairs in seconds (no dropout: the tests want them learnt by heart).

@@ -9,6 +9,7 @@ Not the paper, so not in the modeling file; it ships beside it as remote code an
 from dataclasses import dataclass
 
 import torch
+from transformers.cache_utils import EncoderDecoderCache
 from transformers.utils import is_torchdynamo_compiling
 
 
@@ -60,7 +61,9 @@ def check_inputs(config, names: StackInputs, input_ids, inputs_embeds, attention
         )
 
 
-def check_labels(config, labels: torch.Tensor, batch_size: int | None) -> None:
+def check_labels(config, labels: torch.Tensor, source: torch.Tensor | None) -> None:
+    """Target ids for the loss, in the vocabulary (or -100), one row per `source` row (ids or embeddings)."""
+    batch_size = source.shape[0] if source is not None else None
     if labels.dtype.is_floating_point or labels.dtype == torch.bool:
         raise TypeError(f"`labels` must hold integer token ids (torch.long), got dtype {labels.dtype}.")
     if batch_size is not None and labels.shape[0] != batch_size:
@@ -85,8 +88,9 @@ def assert_token_ids(ids: torch.Tensor, name: str, vocab_size: int, ignore_index
         raise ValueError(f"`{name}` contains token id {bad}: {name} must be in {allowed} or {ignore_index}.") from None
 
 
-def check_encoder_states(config, hidden_states, encoder_hidden_states) -> None:
-    """The decoder's encoder states: present exactly in encoder-decoder models, with the target's batch size."""
+def check_encoder_states(config, hidden_states, encoder_hidden_states, past_key_values) -> None:
+    """The decoder's encoder states: present exactly in encoder-decoder models, with the target's batch size; their
+    cache keeps the cross-attention's keys and values apart (a plain cache would mix them with the self-attention's)."""
     if (encoder_hidden_states is None) == config.is_encoder_decoder:
         raise ValueError(
             "The decoder needs `encoder_hidden_states`: pass `input_ids` or `encoder_outputs`."
@@ -98,6 +102,12 @@ def check_encoder_states(config, hidden_states, encoder_hidden_states) -> None:
             f"The decoder inputs have batch size {hidden_states.shape[0]} but the encoder outputs have batch size "
             f"{encoder_hidden_states.shape[0]}: source and target batches must match."
         )
+    if (
+        config.is_encoder_decoder
+        and past_key_values is not None
+        and not isinstance(past_key_values, EncoderDecoderCache)
+    ):
+        raise TypeError(f"`past_key_values` must be an `EncoderDecoderCache`, got {type(past_key_values).__name__}.")
 
 
 __all__ = ["SEQUENCE", "SOURCE", "TARGET", "StackInputs", "check_encoder_states", "check_inputs", "check_labels"]

@@ -19,8 +19,11 @@ Figure 1 of the paper, box by box, in the order of this file (which is the order
 The other heads reuse one stack: `VanillaTransformerForCausalLM` (the decoder without cross-attention) and
 `VanillaTransformerForSequenceClassification` (the encoder).
 
+Not the paper, and beside this file: `padding.py` (each stack packs its real tokens into rows once; only the attention
+kernel sees the padded layout), `input_checks.py` (errors naming the argument) and `saved_folder.py` (saving plumbing).
+
 Shapes: b batch, s source length, t target length (new tokens), k key length (cache + new), n real (non-padding)
-tokens, h heads, d d_model, dh head dim, v vocabulary. Masks follow transformers: 2D `attention_mask` with 1 = real
+tokens packed by `Padding`, h heads, d d_model, dh head dim, v vocabulary. Masks follow transformers: 2D `attention_mask` with 1 = real
 token, 0 = padding.
 """
 
@@ -30,7 +33,6 @@ from dataclasses import dataclass
 
 import torch
 from torch import nn
-from transformers import initialization as init
 from transformers.activations import ACT2FN
 from transformers.cache_utils import Cache, DynamicCache, EncoderDecoderCache
 from transformers.generation import GenerationMixin
@@ -39,19 +41,20 @@ from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import (
     BaseModelOutput,
     BaseModelOutputWithPastAndCrossAttentions,
-    CausalLMOutputWithPast,
+    CausalLMOutputWithCrossAttentions,
     Seq2SeqLMOutput,
     Seq2SeqModelOutput,
     SequenceClassifierOutput,
 )
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS, PreTrainedModel
 from transformers.processing_utils import Unpack
-from transformers.utils import TransformersKwargs, can_return_tuple, is_torchdynamo_compiling
+from transformers.utils import TransformersKwargs, can_return_tuple
 from transformers.utils.generic import merge_with_config_defaults
 from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
 from .configuration_vanilla_transformer import VanillaTransformerConfig, max_new_tokens_for
 from .input_checks import SEQUENCE, SOURCE, TARGET, StackInputs, check_encoder_states, check_inputs, check_labels
+from .padding import NO_PADDING, Padding
 from .saved_folder import SavedFolderModelMixin
 
 
@@ -70,43 +73,6 @@ class VanillaTransformerSinusoidalPositionalEncoding(nn.Module):
         two_i = torch.arange(0, self.embedding_dim, 2, device=position_ids.device, dtype=torch.float32)
         angles = position_ids.unsqueeze(-1).float() / torch.pow(10000.0, two_i / self.embedding_dim)  # (b, t, d/2)
         return torch.stack((angles.sin(), angles.cos()), dim=-1).flatten(-2)  # interleaved (b, t, d)
-
-
-class Padding:
-    """Which tokens of one side (the source, or the target) are real, and their states packed into rows.
-
-    The one speed optimization of this file: linear layers, layer norms, dropout and residual sums cost as much for a
-    padding token as for a real one, so each stack packs its real tokens once, (b, t, d) -> (n, d), and every layer
-    works on the packed rows; only the attention kernel, which needs the (b, t) layout, unpacks them. Padded positions
-    come back as zeros. Without padding (or under `torch.compile`, where `nonzero` has no static size), packing and
-    unpacking do nothing. Built by each stack from its 2D `attention_mask`.
-    """
-
-    def __init__(self, attention_mask: torch.Tensor | None, pack: bool = True):
-        self.mask = None  # (b, t) 2D mask while some token is padding (or may be, when compiling); else None
-        self.index = None  # (n,) flat indices of the real tokens, when packing
-        if attention_mask is None or attention_mask.dim() != 2:  # a 4D mask is applied as given, without packing
-            return
-        if is_torchdynamo_compiling():
-            self.mask = attention_mask
-            return
-        index = attention_mask.flatten().nonzero().squeeze(-1)  # the only host synchronisation of a stack
-        if index.numel() < attention_mask.numel():
-            self.mask, self.index = attention_mask, index if pack else None
-
-    def pack(self, states: torch.Tensor) -> torch.Tensor:
-        """(b, t, ...) -> (n, ...)."""
-        return states if self.index is None else states.flatten(0, 1).index_select(0, self.index)
-
-    def unpack(self, states: torch.Tensor) -> torch.Tensor:
-        """(n, ...) -> (b, t, ...), zeros at the padded positions."""
-        if self.index is None:
-            return states
-        unpacked = states.new_zeros(self.mask.numel(), *states.shape[1:]).index_copy_(0, self.index, states)
-        return unpacked.view(*self.mask.shape, *states.shape[1:])
-
-
-NO_PADDING = Padding(None)
 
 
 def eager_attention_forward(
@@ -133,9 +99,7 @@ def eager_attention_forward(
 class VanillaTransformerAttention(nn.Module):
     """Multi-head attention (section 3.2.2), used for encoder self-, decoder self- and decoder cross-attention."""
 
-    def __init__(
-        self, config: VanillaTransformerConfig, num_heads: int, is_causal: bool, layer_idx: int | None = None
-    ):
+    def __init__(self, config: VanillaTransformerConfig, num_heads: int, is_causal: bool, layer_idx: int):
         super().__init__()
         self.config = config
         self.head_dim = config.d_model // num_heads
@@ -275,13 +239,6 @@ class VanillaTransformerDecoderLayer(VanillaTransformerLayer):
         return self.residual(self.final_layer_norm, hidden_states, self.feed_forward)
 
 
-def _position_ids(attention_mask: torch.Tensor | None, length: int, past_length, device) -> torch.Tensor:
-    """Positions of the last `length` tokens, counting only real tokens so that left and right padding agree."""
-    if attention_mask is not None and attention_mask.dim() == 2:
-        return (attention_mask.long().cumsum(-1) - 1).clamp(min=0)[:, -length:]  # (b, t)
-    return (torch.arange(length, device=device) + past_length).unsqueeze(0)  # (1, t)
-
-
 class VanillaTransformerPreTrainedModel(SavedFolderModelMixin, PreTrainedModel):
     config: VanillaTransformerConfig
     config_class = VanillaTransformerConfig
@@ -294,20 +251,6 @@ class VanillaTransformerPreTrainedModel(SavedFolderModelMixin, PreTrainedModel):
     _supports_flex_attn = True
     _supports_attention_backend = True
     _can_compile_fullgraph = True
-
-    @torch.no_grad()
-    def _init_weights(self, module: nn.Module):
-        if isinstance(module, nn.Linear):
-            init.normal_(module.weight, mean=0.0, std=self.config.init_std)
-            if module.bias is not None:
-                init.zeros_(module.bias)
-        elif isinstance(module, nn.Embedding):
-            init.normal_(module.weight, mean=0.0, std=self.config.init_std)
-            if module.padding_idx is not None and not getattr(module.weight, "_is_hf_initialized", False):
-                init.zeros_(module.weight[module.padding_idx])
-        elif isinstance(module, nn.LayerNorm):
-            init.ones_(module.weight)
-            init.zeros_(module.bias)
 
     def _resize_token_embeddings(self, new_num_tokens, pad_to_multiple_of=None, mean_resizing=True):
         embeddings = super()._resize_token_embeddings(new_num_tokens, pad_to_multiple_of, mean_resizing)
@@ -340,8 +283,12 @@ class VanillaTransformerStack(VanillaTransformerPreTrainedModel):
         if inputs_embeds is None:
             inputs_embeds = self.embed_tokens(input_ids)
         inputs_embeds = inputs_embeds.to(self.embed_tokens.weight.dtype)  # e.g. float32 embeddings into a half model
-        if position_ids is None:
-            position_ids = _position_ids(attention_mask, inputs_embeds.shape[1], past_length, inputs_embeds.device)
+        length = inputs_embeds.shape[1]
+        if position_ids is None and attention_mask is not None and attention_mask.dim() == 2:
+            # Counting only the real tokens, so that left and right padding give the same positions.
+            position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)[:, -length:]  # (b, t)
+        elif position_ids is None:
+            position_ids = (torch.arange(length, device=inputs_embeds.device) + past_length).unsqueeze(0)  # (1, t)
         hidden_states = inputs_embeds * self.embed_scale + self.embed_positions(position_ids).to(inputs_embeds.dtype)
         return nn.functional.dropout(hidden_states, p=self.config.dropout, training=self.training)
 
@@ -371,8 +318,7 @@ class VanillaTransformerStack(VanillaTransformerPreTrainedModel):
 class VanillaTransformerEncoderOutput(BaseModelOutput):
     r"""
     padding_mask (`torch.Tensor` of shape `(batch_size, source_length)`, *optional*):
-        The source's 2D attention mask while some source token is padding, `None` when none is: the decoder's
-        cross-attention reads it at every step without finding out again. Not part of the tuple form.
+        The source's 2D mask if some source token is padding, else `None`, for the cross-attention (not in tuples).
     """
 
     padding_mask: torch.Tensor | None = None
@@ -449,14 +395,17 @@ class VanillaTransformerDecoder(VanillaTransformerStack):
         new_tokens = attention_mask[:, -hidden_states.shape[1] :] if attention_mask is not None else None
         target_padding = self.find_padding(new_tokens, kwargs)
         causal_mask = self.causal_mask(hidden_states, attention_mask, target_padding, past_key_values, past_length)
-        cross_attention_mask = self.cross_attention_mask(hidden_states, encoder_hidden_states, encoder_attention_mask)
+        check_encoder_states(self.config, hidden_states, encoder_hidden_states, past_key_values)
+        cross_mask = encoder_hidden_states  # decoder-only models have no cross-attention
+        if encoder_hidden_states is not None:
+            cross_mask = self.padding_mask(hidden_states, encoder_attention_mask, encoder_hidden_states)
         hidden_states = target_padding.pack(hidden_states)
         for decoder_layer in self.layers:
-            hidden_states = decoder_layer(
+            hidden_states = decoder_layer(  # the cache by keyword: gradient checkpointing drops it
                 hidden_states,
                 causal_mask,
                 encoder_hidden_states,
-                cross_attention_mask,
+                cross_mask,
                 past_key_values=past_key_values,
                 padding=target_padding,
                 **kwargs,
@@ -481,13 +430,6 @@ class VanillaTransformerDecoder(VanillaTransformerStack):
             allow_is_causal_skip=attention_mask is None or not no_past,
         )
 
-    def cross_attention_mask(self, hidden_states, encoder_hidden_states, encoder_attention_mask):
-        """The mask hiding the padded source tokens from the cross-attention (`None` for decoder-only models)."""
-        check_encoder_states(self.config, hidden_states, encoder_hidden_states)
-        if encoder_hidden_states is None:
-            return None
-        return self.padding_mask(hidden_states, encoder_attention_mask, encoder_hidden_states)
-
 
 class VanillaTransformerModel(VanillaTransformerPreTrainedModel):
     """Encoder and decoder with one shared embedding matrix (section 3.4) when `config.tie_word_embeddings`."""
@@ -499,12 +441,9 @@ class VanillaTransformerModel(VanillaTransformerPreTrainedModel):
 
     def __init__(self, config: VanillaTransformerConfig):
         super().__init__(config)
-        # Untied models have no `shared` matrix at all rather than an unused one, which would break DDP.
-        self.shared = (
-            nn.Embedding(config.vocab_size, config.d_model, config.pad_token_id)
-            if config.tie_word_embeddings
-            else None
-        )
+        self.shared = None  # untied models have no `shared` matrix rather than an unused one, which would break DDP
+        if config.tie_word_embeddings:
+            self.shared = nn.Embedding(config.vocab_size, config.d_model, config.pad_token_id)
         self.encoder = VanillaTransformerEncoder(config)
         self.decoder = VanillaTransformerDecoder(config)
         self.post_init()
@@ -538,10 +477,6 @@ class VanillaTransformerModel(VanillaTransformerPreTrainedModel):
             )
         elif not isinstance(encoder_outputs, VanillaTransformerEncoderOutput):
             encoder_outputs = self.adopt_encoder_outputs(encoder_outputs, attention_mask)
-        if past_key_values is not None and not isinstance(past_key_values, EncoderDecoderCache):
-            raise TypeError(
-                f"`past_key_values` must be an `EncoderDecoderCache`, got {type(past_key_values).__name__}."
-            )
         decoder_outputs = self.decoder(
             input_ids=decoder_input_ids,
             attention_mask=decoder_attention_mask,
@@ -626,12 +561,6 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
         self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
         self.post_init()
 
-    def get_output_embeddings(self) -> nn.Linear:
-        return self.lm_head
-
-    def set_output_embeddings(self, new_embeddings: nn.Linear):
-        self.lm_head = new_embeddings
-
     def prepare_decoder_input_ids_from_labels(self, labels: torch.Tensor) -> torch.Tensor:
         return shift_tokens_right(labels, self.config.pad_token_id, self.config.decoder_start_token_id)
 
@@ -671,8 +600,7 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
     ) -> Seq2SeqLMOutput:
         num_items_in_batch = kwargs.pop("num_items_in_batch", None)
         if labels is not None:
-            source = input_ids if input_ids is not None else inputs_embeds
-            check_labels(self.config, labels, source.shape[0] if source is not None else None)
+            check_labels(self.config, labels, input_ids if input_ids is not None else inputs_embeds)
             use_cache = False
             if decoder_input_ids is None and decoder_inputs_embeds is None:
                 decoder_input_ids = self.prepare_decoder_input_ids_from_labels(labels)
@@ -729,10 +657,10 @@ class VanillaTransformerForCausalLM(VanillaTransformerPreTrainedModel, Generatio
         position_ids: torch.LongTensor | None = None,  # (b, t); generate() passes them: a 4D mask hides the padding
         logits_to_keep: int = 0,  # `generate()` asks for the last position only
         **kwargs: Unpack[TransformersKwargs],
-    ) -> CausalLMOutputWithPast:
+    ) -> CausalLMOutputWithCrossAttentions:
         num_items_in_batch = kwargs.pop("num_items_in_batch", None)
         if labels is not None:
-            check_labels(self.config, labels, (input_ids if input_ids is not None else inputs_embeds).shape[0])
+            check_labels(self.config, labels, input_ids if input_ids is not None else inputs_embeds)
         outputs = self.model(
             input_ids=input_ids,
             attention_mask=attention_mask,
@@ -747,13 +675,8 @@ class VanillaTransformerForCausalLM(VanillaTransformerPreTrainedModel, Generatio
         loss = None
         if labels is not None:  # position i predicts token i + 1
             loss = token_cross_entropy(logits[:, :-1], labels[:, 1:], num_items_in_batch, self.config)
-        return CausalLMOutputWithPast(
-            loss=loss,
-            logits=logits,
-            past_key_values=outputs.past_key_values,
-            hidden_states=outputs.hidden_states,
-            attentions=outputs.attentions,
-        )
+        other_outputs = {name: value for name, value in outputs.items() if name != "last_hidden_state"}
+        return CausalLMOutputWithCrossAttentions(loss=loss, logits=logits, **other_outputs)
 
 
 class VanillaTransformerForSequenceClassification(VanillaTransformerPreTrainedModel):

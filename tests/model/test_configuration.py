@@ -137,6 +137,7 @@ def test_every_config_field_is_used():
         "is_encoder_decoder",
         "tie_word_embeddings",
         "decoder_start_token_id",
+        "init_std",  # PreTrainedModel._init_weights: normal(0, init_std) linear and embedding weights
     }
     source = inspect.getsource(modeling_vanilla_transformer)
     attributes = {node.attr for node in ast.walk(ast.parse(source)) if isinstance(node, ast.Attribute)}

@@ -5,6 +5,7 @@ import math
 import pytest
 import torch
 from torch import nn
+from transformers import DynamicCache
 
 from hf_vanilla_transformer import VanillaTransformerForConditionalGeneration, VanillaTransformerModel
 from hf_vanilla_transformer.model.modeling_vanilla_transformer import (
@@ -392,6 +393,23 @@ def test_hidden_states_and_attentions_have_the_expected_shapes():
     # causal: no weight on future positions; padding: no weight on padded source tokens
     assert torch.all(out.decoder_attentions[0][..., 0, 1:] == 0)
     assert torch.all(out.cross_attentions[0][1, :, :, 5:] == 0)
+
+
+def test_hidden_states_selected_by_index_keep_the_padded_layout():
+    model = make_model()
+    input_ids, attention_mask, labels = random_batch()
+    for selection in ([0, -1], [1]):
+        out = model(input_ids=input_ids, attention_mask=attention_mask, labels=labels, output_hidden_states=selection)
+        for states, shape in ((out.encoder_hidden_states, (3, 7, 16)), (out.decoder_hidden_states, (3, 5, 16))):
+            recorded = [state.shape for state in states if state is not None]  # the others are None
+            assert recorded and recorded == [shape] * len(recorded)
+
+
+def test_a_plain_cache_is_refused_by_the_encoder_decoder_model():
+    model = make_model()
+    input_ids, attention_mask, labels = random_batch()
+    with pytest.raises(TypeError, match="`past_key_values` must be an `EncoderDecoderCache`, got DynamicCache"):
+        model(input_ids=input_ids, attention_mask=attention_mask, labels=labels, past_key_values=DynamicCache())
 
 
 def test_return_dict_false_gives_a_tuple_starting_with_loss_and_logits():

@@ -1,0 +1,50 @@
+# Copyright 2026 The hf_vanilla_transformer authors.
+# SPDX-License-Identifier: Apache-2.0
+"""The model's one speed optimization, in one place: a stack packs its real (non-padding) tokens once and every layer
+works on the packed rows (as transformers' flash-attention helpers unpad and pad around their kernel).
+
+Not the paper, so not in the modeling file; it ships beside it as remote code and imports only torch and transformers.
+"""
+
+import torch
+from transformers.utils import is_torchdynamo_compiling
+
+
+class Padding:
+    """Which tokens of one side (the source, or the target) are real, and their states packed into rows.
+
+    Linear layers, layer norms, dropout and residual sums cost as much for a
+    padding token as for a real one, so each stack packs its real tokens once, (b, t, d) -> (n, d), and every layer
+    works on the packed rows; only the attention kernel, which needs the (b, t) layout, unpacks them. Padded positions
+    come back as zeros. Without padding (or under `torch.compile`, where `nonzero` has no static size), packing and
+    unpacking do nothing. Built by each stack from its 2D `attention_mask`.
+    """
+
+    def __init__(self, attention_mask: torch.Tensor | None, pack: bool = True):
+        self.mask = None  # (b, t) 2D mask while some token is padding (or may be, when compiling); else None
+        self.index = None  # (n,) flat indices of the real tokens, when packing
+        if attention_mask is None or attention_mask.dim() != 2:  # a 4D mask is applied as given, without packing
+            return
+        if is_torchdynamo_compiling():
+            self.mask = attention_mask
+            return
+        index = attention_mask.flatten().nonzero().squeeze(-1)  # the only host synchronisation of a stack
+        if index.numel() < attention_mask.numel():
+            self.mask, self.index = attention_mask, index if pack else None
+
+    def pack(self, states: torch.Tensor) -> torch.Tensor:
+        """(b, t, ...) -> (n, ...)."""
+        return states if self.index is None else states.flatten(0, 1).index_select(0, self.index)
+
+    def unpack(self, states: torch.Tensor) -> torch.Tensor:
+        """(n, ...) -> (b, t, ...), zeros at the padded positions."""
+        if self.index is None:
+            return states
+        unpacked = states.new_zeros(self.mask.numel(), *states.shape[1:]).index_copy_(0, self.index, states)
+        return unpacked.view(*self.mask.shape, *states.shape[1:])
+
+
+NO_PADDING = Padding(None)
+
+
+__all__ = ["NO_PADDING", "Padding"]
