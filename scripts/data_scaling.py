@@ -11,9 +11,9 @@ and the first optimizer step of the demo model with token batches (`--max_tokens
 work; the second should find the Arrow files, the tokenizer and the token ids in the cache. Times are wall-clock from
 the process start. Peak memory is sampled every 0.1 s: the proportional set size (PSS: pages shared between processes
 split between them, so that forked workers are not counted twice) summed over the process and its workers, which
-counts the pages of memory-mapped Arrow files read so far; the anonymous memory of the same processes (their heaps:
-Python objects, numpy and Arrow buffers, tensors; not the mapped files, which the kernel can drop); and the main
-process's resident set (RSS).
+counts the pages of memory-mapped Arrow files read so far; the anonymous part of that PSS (their heaps: Python
+objects, numpy and Arrow buffers, tensors; not the mapped files, which the kernel can drop); and the main process's
+resident set (RSS).
 
 With `--baseline SIZE ...`, the same steps also run at those sizes as the package did before (datasets' TSV reader and a per-row map to the
 translation format, the BPE trained on a list of every sentence, the tokenizer called per batch through transformers,
@@ -100,6 +100,7 @@ def run_stages(train_file: str, output_dir: str):
     model = translation.build_model(model_args, tokenizer)
     positions = model.config.max_position_embeddings
     datasets, _ = translation.tokenize_splits(corpus, tokenizer, data_args, training_args, positions)
+    del corpus  # as the training command does
     _mark("tokenize")
 
     class FirstStep(TrainerCallback):
@@ -193,10 +194,11 @@ def measure(command: list[str], cache: Path) -> dict:
 
 
 def _anonymous(process: psutil.Process) -> int:
-    """The process's anonymous resident memory (its heap: not the memory-mapped files the kernel can drop)."""
+    """The process's share of anonymous memory (its heap: not the memory-mapped files the kernel can drop), split as
+    PSS is: a forked worker's copy-on-write pages, still those of its parent, are not counted twice."""
     try:
-        with open(f"/proc/{process.pid}/status") as status:
-            return next(int(line.split()[1]) * 1024 for line in status if line.startswith("RssAnon:"))
+        with open(f"/proc/{process.pid}/smaps_rollup") as rollup:
+            return next(int(line.split()[1]) * 1024 for line in rollup if line.startswith("Pss_Anon:"))
     except (OSError, StopIteration):
         return 0
 

@@ -5,7 +5,7 @@
     python -m scripts.profile_decoding --sizes small --batch_sizes 16 --beams 1
 
 For each configuration and system: milliseconds per decoding step (wall clock, median of `--repeats` generations of
-30 tokens after a warm-up), split with torch.profiler into matrix products, the attention kernel and the other tensor
+30 tokens, the systems alternating after a warm-up of each), split with torch.profiler into matrix products, the attention kernel and the other tensor
 operations (self CPU time of the aten ops), the rest being Python and framework work; then the cProfile cumulative time
 of the framework pieces that run at every step (generate()'s loop and logits processors, preparing the step's inputs,
 masks, the cache, output recording, building output objects).
@@ -46,13 +46,20 @@ def inputs(batch_size: int):
     return ids, (ids != benchmark.PAD).long()
 
 
-def step_ms(model, system, ids, mask, beams, repeats) -> float:
-    times = []
-    for _ in range(repeats + 1):
-        start = time.perf_counter()
-        benchmark.generate(model, system, ids, mask, beams)
-        times.append(time.perf_counter() - start)
-    return statistics.median(times[1:]) * 1000 / benchmark.NEW_TOKENS
+def step_ms(models: dict, ids, mask, beams, repeats) -> dict:
+    """{system: median milliseconds per step}: every system warmed up first, then the systems alternate within each
+    repeat, in an order that rotates (the first measurements of a process run slower: measuring one system fully
+    before the other made whichever came first look slower)."""
+    systems = list(models)
+    for system in systems:
+        benchmark.generate(models[system], system, ids, mask, beams)
+    times = {system: [] for system in systems}
+    for repeat in range(repeats):
+        for system in systems[repeat % len(systems) :] + systems[: repeat % len(systems)]:
+            start = time.perf_counter()
+            benchmark.generate(models[system], system, ids, mask, beams)
+            times[system].append(time.perf_counter() - start)
+    return {system: statistics.median(seconds) * 1000 / benchmark.NEW_TOKENS for system, seconds in times.items()}
 
 
 def op_breakdown(model, system, ids, mask, beams) -> dict:
@@ -101,11 +108,10 @@ def main():
                 print(f"\n{size}, batch {batch_size}, {'greedy' if beams == 1 else f'beam {beams}'}")
                 rows = {}
                 with torch.no_grad():
+                    steps = step_ms(models, ids, mask, beams, args.repeats)
                     for system, model in models.items():
-                        benchmark.generate(model, system, ids, mask, beams)  # warm-up
-                        total = step_ms(model, system, ids, mask, beams, args.repeats)
                         ops = op_breakdown(model, system, ids, mask, beams)
-                        rows[system] = {"step": total, **ops, "python": total - sum(ops.values())}
+                        rows[system] = {"step": steps[system], **ops, "python": steps[system] - sum(ops.values())}
                         rows[system].update(framework_breakdown(model, system, ids, mask, beams))
                 print(f"  {'':40s}" + "".join(f"{SYSTEMS[s]:>15s}" for s in rows))
                 for key in next(iter(rows.values())):
