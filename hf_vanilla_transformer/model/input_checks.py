@@ -28,7 +28,9 @@ TARGET = StackInputs("decoder_input_ids", "decoder_inputs_embeds", "decoder_atte
 SEQUENCE = StackInputs("input_ids", "inputs_embeds", "attention_mask", "target")  # decoder-only models
 
 
-def check_inputs(config, names: StackInputs, input_ids, inputs_embeds, attention_mask, past_length=0) -> None:
+def check_inputs(
+    config, names: StackInputs, input_ids, inputs_embeds, attention_mask, past_length=0, position_ids=None
+) -> None:
     """Every check of a stack's inputs, with errors naming the argument instead of an `IndexError` deep inside. Ids
     that `generate()` produced (`past_length > 0`) are in range by construction."""
     if (input_ids is None) == (inputs_embeds is None):
@@ -53,9 +55,12 @@ def check_inputs(config, names: StackInputs, input_ids, inputs_embeds, attention
             f"`{names.mask}` must have shape (batch_size, sequence_length) = {expected} with 1 for real tokens and 0 "
             f"for padding, got {tuple(attention_mask.shape)}."
         )
-    if past_length + length > config.max_position_embeddings:
+    positions = past_length + length
+    if position_ids is not None and past_length == 0:  # packed sequences restart their positions
+        positions = int(position_ids.max()) + 1
+    if positions > config.max_position_embeddings:
         raise ValueError(
-            f"The {names.side} sequence has {past_length + length} positions but the model supports at most "
+            f"The {names.side} sequence has {positions} positions but the model supports at most "
             f"max_position_embeddings={config.max_position_embeddings}; truncate the input (e.g. "
             "tokenizer(..., truncation=True)) or generate fewer tokens."
         )

@@ -279,7 +279,7 @@ class VanillaTransformerStack(VanillaTransformerPreTrainedModel):
 
     def embed(self, input_ids, inputs_embeds, attention_mask, past_length=0, position_ids=None) -> torch.Tensor:
         """(b, t) ids or (b, t, d) unscaled embeddings -> (b, t, d) input of the first layer."""
-        check_inputs(self.config, self.inputs, input_ids, inputs_embeds, attention_mask, past_length)
+        check_inputs(self.config, self.inputs, input_ids, inputs_embeds, attention_mask, past_length, position_ids)
         if inputs_embeds is None:
             inputs_embeds = self.embed_tokens(input_ids)
         inputs_embeds = inputs_embeds.to(self.embed_tokens.weight.dtype)  # e.g. float32 embeddings into a half model
@@ -292,10 +292,15 @@ class VanillaTransformerStack(VanillaTransformerPreTrainedModel):
         hidden_states = inputs_embeds * self.embed_scale + self.embed_positions(position_ids).to(inputs_embeds.dtype)
         return nn.functional.dropout(hidden_states, p=self.config.dropout, training=self.training)
 
-    def find_padding(self, attention_mask: torch.Tensor | None, kwargs: dict) -> Padding:
-        """The `Padding` of this stack's side. Recorded per-layer hidden states keep their (b, t, d) shape: then the
-        states are not packed."""
-        return Padding(attention_mask, pack=not kwargs.get("output_hidden_states", self.config.output_hidden_states))
+    def find_padding(self, attention_mask: torch.Tensor | None, kwargs: dict, past_key_values=None) -> Padding:
+        """The `Padding` of this stack's side. Its states are not packed when recorded per layer (hidden states keep
+        their (b, t, d) shape), nor after a right-padded prompt: the next token is read from its last position."""
+        padding = Padding(
+            attention_mask, pack=not kwargs.get("output_hidden_states", self.config.output_hidden_states)
+        )
+        if past_key_values is not None and padding.index is not None and not padding.mask[:, -1].all():
+            padding.index = None  # computed, as Marian and a static cache's 4D mask do, rather than zeros
+        return padding
 
     def padding_mask(self, hidden_states, attention_mask, key_states=None) -> torch.Tensor | None:
         """The attention mask hiding the padded keys (of `key_states`, else of `hidden_states`): `attention_mask` is
@@ -393,8 +398,10 @@ class VanillaTransformerDecoder(VanillaTransformerStack):
         past_length = past_key_values.get_seq_length() if past_key_values is not None else 0
         hidden_states = self.embed(input_ids, inputs_embeds, attention_mask, past_length, position_ids)
         new_tokens = attention_mask[:, -hidden_states.shape[1] :] if attention_mask is not None else None
-        target_padding = self.find_padding(new_tokens, kwargs)
-        causal_mask = self.causal_mask(hidden_states, attention_mask, target_padding, past_key_values, past_length)
+        target_padding = self.find_padding(new_tokens, kwargs, past_key_values)
+        causal_mask = self.causal_mask(
+            hidden_states, attention_mask, target_padding, past_key_values, past_length, position_ids
+        )
         check_encoder_states(self.config, hidden_states, encoder_hidden_states, past_key_values)
         cross_mask = encoder_hidden_states  # decoder-only models have no cross-attention
         if encoder_hidden_states is not None:
@@ -414,7 +421,7 @@ class VanillaTransformerDecoder(VanillaTransformerStack):
             last_hidden_state=self.finish(hidden_states, target_padding), past_key_values=past_key_values
         )
 
-    def causal_mask(self, hidden_states, attention_mask, target_padding: Padding, past_key_values, past_length):
+    def causal_mask(self, hidden_states, attention_mask, target_padding, past_key_values, past_length, position_ids):
         """The self-attention mask over cached + new tokens, or `None` where the kernel's causal rule is enough."""
         no_past = isinstance(past_length, int) and past_length == 0  # a static cache's length is a tensor
         if no_past and (attention_mask is None or attention_mask.dim() == 2):
@@ -427,6 +434,7 @@ class VanillaTransformerDecoder(VanillaTransformerStack):
             inputs_embeds=hidden_states,
             attention_mask=attention_mask,
             past_key_values=cache,
+            position_ids=position_ids,  # sequences packed in one row (positions restarting) do not see each other
             allow_is_causal_skip=attention_mask is None or not no_past,
         )
 
@@ -659,8 +667,13 @@ class VanillaTransformerForCausalLM(VanillaTransformerPreTrainedModel, Generatio
         **kwargs: Unpack[TransformersKwargs],
     ) -> CausalLMOutputWithCrossAttentions:
         num_items_in_batch = kwargs.pop("num_items_in_batch", None)
-        if labels is not None:
-            check_labels(self.config, labels, input_ids if input_ids is not None else inputs_embeds)
+        # Position i predicts token i + 1: `labels` are the inputs; `shift_labels` come aligned (sequence parallelism).
+        shift_labels = kwargs.pop("shift_labels", None)
+        if labels is not None and shift_labels is None:
+            shift_labels = nn.functional.pad(labels[:, 1:], (0, 1), value=-100)
+        if shift_labels is not None:
+            use_cache = False
+            check_labels(self.config, shift_labels, input_ids if input_ids is not None else inputs_embeds)
         outputs = self.model(
             input_ids=input_ids,
             attention_mask=attention_mask,
@@ -673,8 +686,8 @@ class VanillaTransformerForCausalLM(VanillaTransformerPreTrainedModel, Generatio
         hidden_states = outputs.last_hidden_state
         logits = self.lm_head(hidden_states[:, -logits_to_keep:] if logits_to_keep else hidden_states)  # (b, t, v)
         loss = None
-        if labels is not None:  # position i predicts token i + 1
-            loss = token_cross_entropy(logits[:, :-1], labels[:, 1:], num_items_in_batch, self.config)
+        if shift_labels is not None:
+            loss = token_cross_entropy(logits, shift_labels, num_items_in_batch, self.config)
         other_outputs = {name: value for name, value in outputs.items() if name != "last_hidden_state"}
         return CausalLMOutputWithCrossAttentions(loss=loss, logits=logits, **other_outputs)
 
@@ -702,7 +715,7 @@ class VanillaTransformerForSequenceClassification(VanillaTransformerPreTrainedMo
         num_items_in_batch = kwargs.pop("num_items_in_batch", None)
         outputs = self.model(input_ids=input_ids, attention_mask=attention_mask, inputs_embeds=inputs_embeds, **kwargs)
         hidden_states = outputs.last_hidden_state  # (b, s, d)
-        real = torch.ones(hidden_states.shape[:2], device=hidden_states.device)
+        real = hidden_states.new_ones(hidden_states.shape[:2])
         if attention_mask is not None and attention_mask.dim() == 2:
             real = attention_mask.to(hidden_states.dtype)
         if self.config.classifier_pooling == "first":

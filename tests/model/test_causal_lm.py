@@ -530,3 +530,41 @@ def test_trainer_learns_the_sentences_and_greedy_decoding_completes_them(tokeniz
     assert losses[-1] < 0.1 * losses[0]
     model.eval()
     assert complete(model, tokenizer, ["Where", "The weather"], do_sample=False, max_new_tokens=12) == texts[:2]
+
+
+# --- transformers' conventions found by its common model tests ---------------------------------------------------------
+
+
+def test_shift_labels_are_taken_as_already_aligned_targets():
+    # The trainer passes `shift_labels` under sequence parallelism: position i is scored against shift_labels[:, i].
+    model = make_model()
+    input_ids = torch.randint(4, 100, (2, 6))
+    from_labels = model(input_ids=input_ids, labels=input_ids).loss
+    shifted = nn.functional.pad(input_ids[:, 1:], (0, 1), value=-100)
+    torch.testing.assert_close(model(input_ids=input_ids, shift_labels=shifted).loss, from_labels)
+    assert not torch.allclose(model(input_ids=input_ids, shift_labels=input_ids).loss, from_labels)
+
+
+def test_sequences_packed_in_one_row_by_position_ids_do_not_see_each_other():
+    # DataCollatorWithFlattening: no padding, positions restart at each sequence; a packed row may be longer than the
+    # model's positions as long as each sequence fits.
+    model = make_model(max_position_embeddings=8)
+    first, second = torch.randint(4, 100, (1, 5)), torch.randint(4, 100, (1, 6))
+    position_ids = torch.tensor([list(range(5)) + list(range(6))])
+    packed = model(input_ids=torch.cat([first, second], 1), position_ids=position_ids, use_cache=False)  # as training
+    torch.testing.assert_close(packed.logits[:, 5:], model(input_ids=second).logits)
+    torch.testing.assert_close(packed.logits[:, :5], model(input_ids=first).logits)
+
+
+def test_generation_after_a_right_padded_prompt_matches_the_static_cache():
+    # The next token comes from the last position even where it is padding: computed, not packed away as zeros.
+    torch.manual_seed(0)
+    model = make_model(init_std=0.5)
+    input_ids = torch.randint(4, 100, (2, 7))
+    mask = torch.tensor([[1, 1, 1, 1, 1, 0, 0], [1] * 7])
+    options = dict(attention_mask=mask, max_new_tokens=3, do_sample=False, output_scores=True)
+    dynamic = model.generate(input_ids, return_dict_in_generate=True, **options)
+    static = model.generate(input_ids, return_dict_in_generate=True, cache_implementation="static", **options)
+    assert not (dynamic.scores[0][0] == 0).all()
+    torch.testing.assert_close(dynamic.scores[0], static.scores[0])
+    assert dynamic.sequences.tolist() == static.sequences.tolist()

@@ -365,3 +365,9 @@ def test_trainer_fine_tunes_a_language_identifier_well_above_chance(tmp_path):
 def test_an_unknown_pooling_is_refused_naming_the_setting():
     with pytest.raises(StrictDataclassFieldValidationError, match="classifier_pooling"):
         tiny_config(classifier_pooling="max")
+
+
+def test_half_precision_without_an_attention_mask():
+    model = make_model().to(torch.bfloat16)
+    logits = model(input_ids=torch.randint(4, 100, (2, 5))).logits
+    assert logits.dtype == torch.bfloat16 and torch.isfinite(logits).all()
