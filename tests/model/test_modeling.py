@@ -442,7 +442,7 @@ def test_gradient_checkpointing_gives_the_same_gradients():
         return {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
 
     plain = grads()
-    model.gradient_checkpointing_enable()
+    model.activation_checkpointing_enable()
     checkpointed = grads()
     assert plain.keys() == checkpointed.keys()
     for name in plain:

@@ -175,7 +175,7 @@ def test_mask_constants_depend_on_the_dtype():  # row 15: no literal -1e9 / -inf
 
 def test_gradient_checkpointing_with_use_cache_trains_without_cache_and_warns(caplog):  # row 19
     model = make_model().train()
-    model.gradient_checkpointing_enable()
+    model.activation_checkpointing_enable()
     input_ids, attention_mask, labels = random_batch()
     out = model(input_ids=input_ids, attention_mask=attention_mask, labels=labels, use_cache=True)
     assert out.past_key_values is None
