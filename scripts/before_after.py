@@ -12,7 +12,9 @@ reported with the ratio of the speeds (above 1: today's is faster).
 
 import argparse
 import importlib
+import importlib.util
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -25,9 +27,10 @@ import torch
 from . import benchmark
 
 
-def model_room_at(revision: str, folder: Path) -> str:
-    """Write the model room of `revision` into `folder` as the package `model_<rev>`; returns the package name."""
-    name = f"model_{revision.replace('-', '_').replace('.', '_')}"
+def model_room_at(revision: str, folder: Path):
+    """The model room of `revision`, written into `folder` and imported as the package `model_<rev>`: returns its
+    configuration and modeling modules."""
+    name = "model_" + re.sub(r"\W", "_", revision)
     package = folder / name
     package.mkdir()
     listing = subprocess.run(
@@ -37,7 +40,14 @@ def model_room_at(revision: str, folder: Path) -> str:
     for path in listing:
         text = subprocess.run(["git", "show", f"{revision}:{path}"], capture_output=True, text=True, check=True).stdout
         (package / Path(path).name).write_text(text)
-    return name
+    spec = importlib.util.spec_from_file_location(
+        name, package / "__init__.py", submodule_search_locations=[str(package)]
+    )
+    sys.modules[name] = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(sys.modules[name])
+    return tuple(
+        importlib.import_module(f"{name}.{kind}_vanilla_transformer") for kind in ("configuration", "modeling")
+    )
 
 
 def main(argv=None):
@@ -50,10 +60,7 @@ def main(argv=None):
     torch.set_num_threads(args.threads)
     benchmark.quiet()
     with tempfile.TemporaryDirectory() as folder:
-        sys.path.insert(0, folder)
-        package = model_room_at(args.before, Path(folder))
-        modeling = importlib.import_module(f"{package}.modeling_vanilla_transformer")
-        configuration = importlib.import_module(f"{package}.configuration_vanilla_transformer")
+        configuration, modeling = model_room_at(args.before, Path(folder))
         after = benchmark.build_model("ours-sdpa", args.size)
         config = configuration.VanillaTransformerConfig(**after.config.to_diff_dict())
         before = modeling.VanillaTransformerForConditionalGeneration._from_config(config, attn_implementation="sdpa")
@@ -92,7 +99,6 @@ def main(argv=None):
                     start = time.perf_counter()
                     run(name)
                     seconds[(task, name)].append(time.perf_counter() - start)
-        sys.path.remove(folder)
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
     print(
         f"{args.before} -> {commit} (working tree), {args.size}, float32, {args.threads} threads, {args.repeats} repeats"

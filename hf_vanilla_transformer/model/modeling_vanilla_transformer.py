@@ -23,8 +23,8 @@ Not the paper, and beside this file: `padding.py` (each stack packs its real tok
 kernel sees the padded layout), `input_checks.py` (errors naming the argument) and `saved_folder.py` (saving plumbing).
 
 Shapes: b batch, s source length, t target length (new tokens), k key length (cache + new), n real (non-padding)
-tokens packed by `Padding`, h heads, d d_model, dh head dim, v vocabulary. Masks follow transformers: 2D `attention_mask` with 1 = real
-token, 0 = padding.
+tokens packed by `Padding`, h heads, d d_model, dh head dim, v vocabulary. Masks follow transformers: 2D
+`attention_mask` with 1 = real token, 0 = padding.
 """
 
 import copy
