@@ -403,7 +403,7 @@ class VanillaTransformerDecoder(VanillaTransformerStack):
             hidden_states, attention_mask, target_padding, past_key_values, past_length, position_ids
         )
         check_encoder_states(self.config, hidden_states, encoder_hidden_states, past_key_values)
-        cross_mask = encoder_hidden_states  # decoder-only models have no cross-attention
+        cross_mask = None  # decoder-only models have no cross-attention
         if encoder_hidden_states is not None:
             cross_mask = self.padding_mask(hidden_states, encoder_attention_mask, encoder_hidden_states)
         hidden_states = target_padding.pack(hidden_states)
