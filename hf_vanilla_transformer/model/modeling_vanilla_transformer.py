@@ -20,7 +20,8 @@ The other heads reuse one stack: `VanillaTransformerForCausalLM` (the decoder wi
 `VanillaTransformerForSequenceClassification` (the encoder).
 
 Not the paper, and beside this file: `padding.py` (each stack packs its real tokens into rows once; only the attention
-kernel sees the padded layout), `input_checks.py` (errors naming the argument) and `saved_folder.py` (saving plumbing).
+kernel sees the padded layout), `output_projection.py` (a prepacked output matrix for CPU inference), `input_checks.py`
+(errors naming the argument) and `saved_folder.py` (saving plumbing).
 
 Shapes: b batch, s source length, t target length (new tokens), k key length (cache + new), n real (non-padding)
 tokens packed by `Padding`, h heads, d d_model, dh head dim, v vocabulary. Masks follow transformers: 2D
@@ -54,6 +55,7 @@ from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
 from .configuration_vanilla_transformer import VanillaTransformerConfig, max_new_tokens_for
 from .input_checks import SEQUENCE, SOURCE, TARGET, StackInputs, check_encoder_states, check_inputs, check_labels
+from .output_projection import vocabulary_logits
 from .padding import NO_PADDING, Padding
 from .saved_folder import SavedFolderModelMixin
 
@@ -581,6 +583,11 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
             )
         return super()._prepare_generated_length(generation_config, has_default_max_length, *args, **kwargs)
 
+    def _reorder_cache(self, past_key_values: EncoderDecoderCache, beam_idx: torch.LongTensor) -> EncoderDecoderCache:
+        # Beam search reorders beams within each source, whose beams share its cross-attention keys and values.
+        past_key_values.self_attention_cache.reorder_cache(beam_idx)
+        return past_key_values
+
     def _validate_generated_length(self, generation_config, input_ids_length, has_default_max_length):
         super()._validate_generated_length(generation_config, input_ids_length, has_default_max_length)
         # Fail before decoding rather than after generating max_position_embeddings tokens.
@@ -629,7 +636,7 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
         )
         # In training, only the real target positions are projected and scored.
         targets = Padding(decoder_attention_mask) if labels is not None and self.training else NO_PADDING
-        logits = self.lm_head(targets.pack(outputs.last_hidden_state))  # (n, v) or (b, t, v)
+        logits = vocabulary_logits(self.lm_head, targets.pack(outputs.last_hidden_state))  # (n, v) or (b, t, v)
         loss = None
         if labels is not None:
             loss = token_cross_entropy(logits, targets.pack(labels), num_items_in_batch, self.config)
@@ -684,7 +691,8 @@ class VanillaTransformerForCausalLM(VanillaTransformerPreTrainedModel, Generatio
             **kwargs,
         )
         hidden_states = outputs.last_hidden_state
-        logits = self.lm_head(hidden_states[:, -logits_to_keep:] if logits_to_keep else hidden_states)  # (b, t, v)
+        hidden_states = hidden_states[:, -logits_to_keep:] if logits_to_keep else hidden_states
+        logits = vocabulary_logits(self.lm_head, hidden_states)  # (b, t, v)
         loss = None
         if shift_labels is not None:
             loss = token_cross_entropy(logits, shift_labels, num_items_in_batch, self.config)

@@ -1,6 +1,6 @@
 # Copyright 2026 The hf_vanilla_transformer authors.
 # SPDX-License-Identifier: Apache-2.0
-"""The model's one speed optimization, in one place: a stack packs its real (non-padding) tokens once and every layer
+"""The padding optimization, in one place: a stack packs its real (non-padding) tokens once and every layer
 works on the packed rows (as transformers' flash-attention helpers unpad and pad around their kernel).
 
 Not the paper, so not in the modeling file; it ships beside it as remote code and imports only torch and transformers.

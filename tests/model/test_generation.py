@@ -162,3 +162,22 @@ def test_without_a_length_limit_a_translation_may_be_the_source_length_plus_50()
     assert model.generate(input_ids=input_ids, max_new_tokens=3, **kwargs).shape[1] == 1 + 3
     long_source = torch.randint(4, 99, (1, 40))
     assert model.generate(input_ids=long_source, eos_token_id=None).shape[1] == 64
+
+
+def test_beam_search_reorders_only_the_self_attention_cache(monkeypatch):
+    """The beams of one source share its cross-attention keys and values: reordering them would be per-step work that
+    depends only on the source."""
+    from transformers.cache_utils import DynamicLayer
+
+    model = make_model(decoder_layers=2)
+    reordered = []
+    original = DynamicLayer.reorder_cache
+    monkeypatch.setattr(
+        DynamicLayer, "reorder_cache", lambda layer, idx: (reordered.append(layer), original(layer, idx))
+    )
+    input_ids, attention_mask = sources()
+    kwargs = dict(input_ids=input_ids, attention_mask=attention_mask, max_new_tokens=6, num_beams=3, eos_token_id=None)
+    out = model.generate(**kwargs, return_dict_in_generate=True)
+    self_attention = {id(layer) for layer in out.past_key_values.self_attention_cache.layers}
+    assert reordered and {id(layer) for layer in reordered} == self_attention
+    assert torch.equal(out.sequences, model.generate(**kwargs, use_cache=False))
