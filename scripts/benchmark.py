@@ -366,7 +366,7 @@ def measure_torch(system: str, size: str, precision: str, device: str, threads: 
         with torch.no_grad(), autocast:
             generate(model, system, *sources[0], num_beams)  # warm-up
             result[task], outputs = timed(
-                lambda n=num_beams: [generate(model, system, *s, n) for s in sources], device
+                lambda n=num_beams, batches=sources: [generate(model, system, *s, n) for s in batches], device
             )
         assert all(o.shape[1] == NEW_TOKENS for o in outputs), f"{system} did not generate {NEW_TOKENS} tokens"
     return result
@@ -641,7 +641,7 @@ def plot(rows: list[dict], path: str) -> None:
 
     panels = list(dict.fromkeys((r["size"], r["precision"]) for r in rows))
     systems = list(dict.fromkeys(r["system"] for r in rows))
-    fig, axes = plt.subplots(1, len(panels), figsize=(5.5 * len(panels), 4), squeeze=False)
+    fig, axes = plt.subplots(1, len(panels), figsize=(max(7, 5.5 * len(panels)), 6), squeeze=False)
     width = 0.8 / len(systems)
     for ax, (size, precision) in zip(axes[0], panels):
         for i, system in enumerate(systems):
@@ -656,6 +656,7 @@ def plot(rows: list[dict], path: str) -> None:
                 ratios,
                 width,
                 label=row["label"],
+                color=plt.cm.tab20(i % 20),  # the default cycle repeats after 10 systems
             )
         ax.axhline(1.0, color="black", linewidth=0.8)
         ax.set_xticks(range(len(TASKS)), ["training", "greedy", "beam-4", "greedy\nbatch 1", "beam-4\nbatch 1"])
@@ -666,8 +667,10 @@ def plot(rows: list[dict], path: str) -> None:
     for ax in axes[0]:
         for handle, label in zip(*ax.get_legend_handles_labels()):
             labels.setdefault(label, handle)
-    fig.legend(labels.values(), labels.keys(), loc="lower center", ncol=len(labels), fontsize=8)
-    fig.tight_layout(rect=(0, 0.08, 1, 1))
+    columns = 2 if len(panels) == 1 else 4  # the legend fits under the panels
+    rows = math.ceil(len(labels) / columns)
+    fig.legend(labels.values(), labels.keys(), loc="lower center", ncol=columns, fontsize=8)
+    fig.tight_layout(rect=(0, 0.035 * rows + 0.01, 1, 1))
     fig.savefig(path, dpi=110)
     plt.close(fig)
 

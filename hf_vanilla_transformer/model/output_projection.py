@@ -4,8 +4,8 @@
 
 At every decoding step the final Linear of Figure 1 multiplies a few rows (one per sequence or beam) by the whole
 output matrix: the largest product of the step, with weights that other layers have pushed out of the cache since the
-step before. In float32 on a CPU, oneDNN multiplies by a copy of that matrix prepacked once in 0.3-0.5x the time of
-torch's default product (docs/performance.md). So, without gradients, on a CPU, in float32, the projection keeps such a
+step before. In float32 on a CPU, oneDNN multiplies by a copy of that matrix prepacked once in a quarter to a half of
+the time of torch's default product (docs/performance.md). So, without gradients, on a CPU, in float32, the projection keeps such a
 copy (made again whenever the weight is replaced or changed in place) and multiplies by it. Training, other devices and
 dtypes, autocast, compilation, export and wrapped or hooked layers run the Linear itself.
 
@@ -18,16 +18,25 @@ from torch.utils.weak import WeakIdKeyDictionary
 from transformers.utils.import_utils import is_tracing
 
 
-# oneDNN's x86 kernels are the ones measured; elsewhere (ARM) torch's product is kept.
-CAN_PREPACK = (
-    torch.backends.mkldnn.is_available()
-    and torch.backends.cpu.get_cpu_capability() in ("AVX2", "AVX512")
-    and hasattr(torch.ops.mkldnn, "_linear_pointwise")
-)
+def _prepacking_works() -> bool:
+    """Whether this torch runs oneDNN's prepacked product (private ops, as torch.compile's CPU backend uses them) on an
+    x86 CPU, the kernels measured; elsewhere (ARM) torch's own product is kept."""
+    if not (torch.backends.mkldnn.is_available() and torch.backends.cpu.get_cpu_capability() in ("AVX2", "AVX512")):
+        return False
+    try:
+        weight, rows = torch.ones(3, 2), torch.ones(1, 2)
+        packed = torch.ops.mkldnn._reorder_linear_weight(weight, None)
+        return torch.equal(torch.ops.mkldnn._linear_pointwise(rows, packed, None, "none", [], ""), rows @ weight.T)
+    except (AttributeError, RuntimeError, TypeError):
+        return False
+
+
+CAN_PREPACK = _prepacking_works()
 _prepacked = WeakIdKeyDictionary()  # weight -> ((its version, its data pointer), the prepacked copy)
 
 
 def uses_prepacked_weight(lm_head: nn.Module, hidden_states: torch.Tensor) -> bool:
+    """Whether `vocabulary_logits` multiplies by the prepacked copy rather than calling `lm_head`."""
     weight = getattr(lm_head, "weight", None)
     return (
         CAN_PREPACK
