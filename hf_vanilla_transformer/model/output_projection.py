@@ -12,15 +12,18 @@ dtypes, autocast, compilation, export and wrapped or hooked layers run the Linea
 Not the paper, so not in the modeling file; it ships beside it as remote code and imports only torch and transformers.
 """
 
+import functools
+
 import torch
 from torch import nn
 from torch.utils.weak import WeakIdKeyDictionary
 from transformers.utils.import_utils import is_tracing
 
 
-def _prepacking_works() -> bool:
+@functools.cache
+def prepacking_works() -> bool:
     """Whether this torch runs oneDNN's prepacked product (private ops, as torch.compile's CPU backend uses them) on an
-    x86 CPU, the kernels measured; elsewhere (ARM) torch's own product is kept."""
+    x86 CPU, the kernels measured; elsewhere (ARM) torch's own product is kept. Probed on first use."""
     if not (torch.backends.mkldnn.is_available() and torch.backends.cpu.get_cpu_capability() in ("AVX2", "AVX512")):
         return False
     try:
@@ -31,7 +34,6 @@ def _prepacking_works() -> bool:
         return False
 
 
-CAN_PREPACK = _prepacking_works()
 _prepacked = WeakIdKeyDictionary()  # weight -> ((its version, its data pointer), the prepacked copy)
 
 
@@ -39,8 +41,7 @@ def uses_prepacked_weight(lm_head: nn.Module, hidden_states: torch.Tensor) -> bo
     """Whether `vocabulary_logits` multiplies by the prepacked copy rather than calling `lm_head`."""
     weight = getattr(lm_head, "weight", None)
     return (
-        CAN_PREPACK
-        and not is_tracing(hidden_states)  # first: compilers cannot trace some of the checks below
+        not is_tracing(hidden_states)  # first: compilers cannot trace some of the checks below
         and torch.backends.mkldnn.enabled
         and type(lm_head) is nn.Linear  # not quantized, not an adapter
         and not (lm_head._forward_hooks or lm_head._forward_pre_hooks or "forward" in vars(lm_head))
@@ -49,6 +50,7 @@ def uses_prepacked_weight(lm_head: nn.Module, hidden_states: torch.Tensor) -> bo
         and weight.device.type == "cpu"
         and weight.dtype == hidden_states.dtype == torch.float32
         and not weight.is_inference()  # no version counter to see in-place changes by
+        and prepacking_works()
     )
 
 

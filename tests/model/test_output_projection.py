@@ -6,11 +6,13 @@ import torch
 from torch import nn
 
 from hf_vanilla_transformer import VanillaTransformerForConditionalGeneration
-from hf_vanilla_transformer.model.output_projection import CAN_PREPACK, uses_prepacked_weight, vocabulary_logits
+from hf_vanilla_transformer.model.output_projection import prepacking_works, uses_prepacked_weight, vocabulary_logits
 from tests.helpers import random_batch, tiny_config
 
 
-needs_prepacking = pytest.mark.skipif(not CAN_PREPACK, reason="oneDNN's x86 kernels are not available on this CPU")
+needs_prepacking = pytest.mark.skipif(
+    not prepacking_works(), reason="oneDNN's x86 kernels are not available on this CPU"
+)
 
 
 def make_model():
