@@ -68,12 +68,7 @@ def main(argv=None):
         models = {"before": before, "after": after}
         workload = benchmark.make_workload(after.config.vocab_size)
         batches = [benchmark.training_batch(pairs, "cpu") for pairs in workload["train"]]
-        step = benchmark.GENERATION_BATCH
-        sources = [workload["sources"][i : i + step] for i in range(0, benchmark.SOURCES, step)]
-        sources = [
-            (benchmark.pad(s, benchmark.PAD, "cpu"), benchmark.pad([[1] * len(x) for x in s], 0, "cpu"))
-            for s in sources
-        ]
+        sources = benchmark.generation_batches("greedy", workload["sources"], "cpu")
         optimizers = {name: torch.optim.Adam(model.parameters(), lr=0.0) for name, model in models.items()}
 
         def train(name):

@@ -286,13 +286,17 @@ def workload_counts(size: str, workload: dict) -> dict:
     return counts
 
 
+def is_batch_1(task: str) -> bool:
+    return task.endswith("_b1")
+
+
 def task_sources(task: str, sources: list) -> list:
-    return sources[:SINGLE_SOURCES] if task.endswith("_b1") else sources
+    return sources[:SINGLE_SOURCES] if is_batch_1(task) else sources
 
 
 def generation_batches(task: str, sources: list, device: str) -> list:
     """(input_ids, attention_mask) per batch of the generation task."""
-    sources, size = task_sources(task, sources), 1 if task.endswith("_b1") else GENERATION_BATCH
+    sources, size = task_sources(task, sources), 1 if is_batch_1(task) else GENERATION_BATCH
     batches = [sources[i : i + size] for i in range(0, len(sources), size)]
     return [(pad(s, PAD, device), pad([[1] * len(x) for x in s], 0, device)) for s in batches]
 
@@ -411,7 +415,7 @@ def export_ours_for_ct2(size: str, output_dir: str) -> str:
 
 def measure_ct2(model_dir: str, compute_type: str, device: str, threads: int, workload: dict) -> dict:
     """Seconds of each generation task, timed by benchmark_ctranslate2.py in a fresh process without torch."""
-    beams = {task: num_beams for task, num_beams in TASKS.items() if num_beams and not task.endswith("_b1")}
+    beams = {task: num_beams for task, num_beams in TASKS.items() if num_beams and not is_batch_1(task)}
     task = dict(
         model_dir=model_dir,
         sources=workload["sources"],
@@ -463,8 +467,7 @@ def measure_onnx(onnx_dir: str, quantized: bool, threads: int, workload: dict) -
     from hf_vanilla_transformer.interop.onnx_runtime import OnnxSeq2SeqLM
 
     model = OnnxSeq2SeqLM(onnx_dir, quantized, num_threads=threads)
-    sources = [workload["sources"][i : i + GENERATION_BATCH] for i in range(0, SOURCES, GENERATION_BATCH)]
-    batches = [(pad(s, PAD, "cpu").numpy(), pad([[1] * len(x) for x in s], 0, "cpu").numpy()) for s in sources]
+    batches = [(ids.numpy(), mask.numpy()) for ids, mask in generation_batches("greedy", workload["sources"], "cpu")]
 
     def greedy(batch):
         return model.generate(*batch, max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS)

@@ -5,9 +5,9 @@
 At every decoding step the final Linear of Figure 1 multiplies a few rows (one per sequence or beam) by the whole
 output matrix: the largest product of the step, with weights that other layers have pushed out of the cache since the
 step before. In float32 on a CPU, oneDNN multiplies by a copy of that matrix prepacked once in a quarter to a half of
-the time of torch's default product (docs/performance.md). So, without gradients, on a CPU, in float32, the projection keeps such a
-copy (made again whenever the weight is replaced or changed in place) and multiplies by it. Training, other devices and
-dtypes, autocast, compilation, export and wrapped or hooked layers run the Linear itself.
+the time of torch's default product (docs/performance.md). So, without gradients, on a CPU, in float32, the projection
+keeps such a copy (made again whenever the weight is replaced or changed in place) and multiplies by it. Training,
+other devices and dtypes, autocast, compilation, export and wrapped or hooked layers run the Linear itself.
 
 Not the paper, so not in the modeling file; it ships beside it as remote code and imports only torch and transformers.
 """
