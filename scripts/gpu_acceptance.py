@@ -412,8 +412,9 @@ def benchmark_section(data: dict) -> list[str]:
     if compiled:
         lines += [
             "",
-            f"Compiled static cache: {compiled['greedy_tokens_per_s']:,.0f} greedy tok/s against "
-            f"{compiled['uncompiled_greedy_tokens_per_s']:,.0f} uncompiled (same bf16 weights); compilation "
+            f"Compiled static cache, batch {compiled.get('compiled_batch', '-')}: {compiled['greedy_tokens_per_s']:,.0f} "
+            f"greedy tok/s against {compiled['uncompiled_greedy_tokens_per_s']:,.0f} uncompiled (same bf16 weights); "
+            "compilation "
             f"{compiled['compile_seconds']:.0f} s; identical rows {compiled['identical_rows']}.",
         ]
     lines += [""] + [
