@@ -43,22 +43,29 @@ VanillaTransformerForConditionalGeneration.register_for_auto_class("AutoModelFor
 VanillaTransformerForCausalLM.register_for_auto_class("AutoModelForCausalLM")
 VanillaTransformerForSequenceClassification.register_for_auto_class("AutoModelForSequenceClassification")
 
-# transformers has no public registration for these two tables, which user-facing features read by class name:
-# - MODEL_MAPPING_NAMES: `Trainer` refuses a base model (no head, no labels) with a clear error, and transformers' own
-#   model tests (ModelTesterMixin) tell base models from heads with it;
-# - MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES: `Trainer.create_model_card()` and `push_to_hub()` tag the card with
-#   the task (text2text-generation), as for the seq2seq models inside transformers.
-modeling_auto.MODEL_MAPPING_NAMES.setdefault(VanillaTransformerConfig.model_type, "VanillaTransformerModel")
-modeling_auto.MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES.setdefault(
-    VanillaTransformerConfig.model_type, "VanillaTransformerForConditionalGeneration"
-)
+# The steps below have no public API in transformers. Each names the upstream behaviour it relies on, and
+# tests/model/test_auto_and_remote_code.py fails with that name the day the behaviour changes.
+
+
+def _register_base_and_seq2seq_names():
+    """`modeling_auto.MODEL_MAPPING_NAMES` and `MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES` (model type -> class
+    name) are read by class name: `Trainer.create_model_card()` names the task (text2text-generation) from the second,
+    and transformers' own model tests (`ModelTesterMixin`) tell base models from heads by the first.
+    `AutoModel.register` fills the lazy mappings, not these tables."""
+    modeling_auto.MODEL_MAPPING_NAMES.setdefault(VanillaTransformerConfig.model_type, "VanillaTransformerModel")
+    modeling_auto.MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES.setdefault(
+        VanillaTransformerConfig.model_type, "VanillaTransformerForConditionalGeneration"
+    )
 
 
 def _register_translation_pipeline():
     """`pipeline("translation")` and `pipeline("translation_xx_to_yy")` build a [`TranslationPipeline`].
 
-    transformers 5 lists "translation" as a removed task (a `KeyError`) and only knows registered task names, so the
-    task comes off the removed list and `translation_xx_to_yy` names resolve to it. Safe to call repeatedly.
+    Registered publicly (`PIPELINE_REGISTRY.register_pipeline`), plus two steps: transformers 5 refuses every task
+    named in `pipelines.REMOVED_TASKS` before it looks at the registry, so "translation" comes off that list; and the
+    registry only knows exact task names, so `translation_xx_to_yy` resolves to "translation" through a wrapper of
+    `PIPELINE_REGISTRY.check_task`, which keeps the languages as the task options (as transformers 4 did). Safe to
+    call repeatedly; other tasks resolve as before.
     """
     REMOVED_TASKS.pop("translation", None)
     if PIPELINE_REGISTRY.supported_tasks.get("translation", {}).get("impl") is not TranslationPipeline:
@@ -81,6 +88,7 @@ def _register_translation_pipeline():
         PIPELINE_REGISTRY.check_task = check_task_with_languages
 
 
+_register_base_and_seq2seq_names()
 _register_translation_pipeline()
 
 __all__ = [

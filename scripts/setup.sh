@@ -3,29 +3,33 @@
 #   - a torch that already imports (for example your CUDA build) is kept;
 #   - with an NVIDIA GPU visible, the default (CUDA) wheel from PyPI;
 #   - otherwise the CPU wheel from download.pytorch.org, falling back to the default index if that is unreachable.
-# Usage: bash scripts/setup.sh [--dev] [--export]
+# Usage: bash scripts/setup.sh [--dev] [--export] [--floor]
 #   --dev     the test tools, every optional engine, and what the browser and transformers.js tests run:
 #             Debian's chromium and chromium-driver (with apt-get, as root or with passwordless sudo) and the pinned
 #             transformers.js (with npm, into ~/.cache/hf_vanilla_transformer). Where one cannot be installed, the
 #             tests that need it skip and name this command.
 #   --export  the inference engines the model exports to (CTranslate2, ONNX Runtime).
+#   --floor   into .venv-floor, with the oldest transformers that pyproject.toml allows (the rest at their newest):
+#             the other end of the supported range, which scripts/test.sh tests too.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 extras=()
 dev=0
+venv=.venv
 for arg in "$@"; do
   case "$arg" in
     --dev) extras+=(dev); dev=1 ;;
     --export) extras+=(export) ;;
-    *) echo "setup.sh: unknown option $arg (expected --dev and/or --export)" >&2; exit 2 ;;
+    --floor) venv=.venv-floor ;;
+    *) echo "setup.sh: unknown option $arg (expected --dev, --export and/or --floor)" >&2; exit 2 ;;
   esac
 done
 
 python=${PYTHON:-python3}
-if [ -z "${VIRTUAL_ENV:-}" ]; then
-  [ -x .venv/bin/python ] || "$python" -m venv .venv
-  python=.venv/bin/python
+if [ -z "${VIRTUAL_ENV:-}" ] || [ "$venv" = .venv-floor ]; then
+  [ -x "$venv/bin/python" ] || "$python" -m venv "$venv"
+  python=$venv/bin/python
 fi
 pip=("$python" -m pip --disable-pip-version-check -q)
 
@@ -40,7 +44,12 @@ fi
 
 spec="."
 if [ ${#extras[@]} -gt 0 ]; then spec=".[$(IFS=,; echo "${extras[*]}")]"; fi
-"${pip[@]}" install -e "$spec"
+floor=()
+if [ "$venv" = .venv-floor ]; then
+  # pyproject.toml's lower bound of transformers, as an exact pin.
+  floor=("transformers==$("$python" -c 'import re; print(re.search(r"\"transformers>=([\w.]+)", open("pyproject.toml").read())[1])')")
+fi
+"${pip[@]}" install -e "$spec" "${floor[@]}"
 
 if [ "$dev" = 1 ]; then
   # The browser tests drive Debian's Chromium; never fatal: those tests skip, naming this command.

@@ -38,8 +38,6 @@ MODEL_CODE_FILES = (
     "pipeline_translation.py",
     "input_checks.py",
     "padding.py",
-    "output_projection.py",
-    "saved_folder.py",
 )
 # A translator that learns a few hundred short pairs in seconds (no dropout: the tests want them learnt by heart).
 SMALL_TRANSLATOR = dict(

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from huggingface_hub.errors import HFValidationError
 from huggingface_hub.utils import validate_repo_id
+from safetensors import SafetensorError
 
 from ..errors import InputError
 
@@ -112,6 +113,11 @@ def load_translation_model(name: str, option: str = "--model", model_class=None,
             raise
         raise InputError(
             f"{option} {name}: no weights to load ({error}); the folder holds {contents(name)}."
+        ) from None
+    except SafetensorError as error:  # transformers passes it on without naming the folder
+        raise InputError(
+            f"{option} {name}: its safetensors weights cannot be read ({error}): the file is corrupt or only partly "
+            "downloaded (a git-lfs pointer, an interrupted copy). Download or copy it again."
         ) from None
     if loading["missing_keys"]:
         missing = sorted(loading["missing_keys"])

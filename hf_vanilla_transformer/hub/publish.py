@@ -11,7 +11,7 @@ from huggingface_hub import HfApi
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 from transformers.utils import logging
 
-from ..data.folders import new_output_dir, resolve_model
+from ..data.folders import apply_umask, new_output_dir, resolve_model
 from ..errors import InputError
 from ..model.pipeline_translation import TranslationPipeline
 from .model_card import load_metrics, make_model_card
@@ -72,6 +72,7 @@ def stage_for_hub(
     translator.save_pretrained(out_dir)
     card = make_model_card(model_dir, repo_id, revision=revision, license=license, metrics=metrics)
     (out_dir / "README.md").write_text(str(card), encoding="utf-8")
+    apply_umask(out_dir)
     left_behind = sorted(set(names) - {path.name for path in out_dir.iterdir()})
     if left_behind:
         logger.warning(f"Not publishing {left_behind}: only the model, its code, tokenizer and card are.")

@@ -200,10 +200,11 @@ def translate_options(
         options = translate_options(generation_config, max(map(len, sources)), config.max_position_embeddings)
         results = translator.translate_batch(sources, **options)
 
-    The length limit is the config's own (`max_new_tokens`, or `max_length` - 1: transformers counts the decoder start
-    token, CTranslate2's `max_decoding_length` does not), else the paper's rule that `generate()` applies, source length
-    + 50 new tokens within the model's positions ([`max_new_tokens_for`]): that one needs `source_length` (or a
-    `max_decoding_length` override), as the limit differs from batch to batch. Both engines divide a finished
+    The length limit is the config's own fixed `max_new_tokens` where it sets one, else the paper's rule that
+    `translate` and the translation pipeline apply, source length + 50 new tokens within the model's positions and
+    the config's `max_length` ([`max_new_tokens_for`]), for a batch whose longest source has `source_length` tokens.
+    Without `source_length` (or a `max_decoding_length` override), the config's `max_length` - 1 (transformers counts
+    the decoder start token, CTranslate2's `max_decoding_length` does not). Both engines divide a finished
     hypothesis' summed log-probability by its length (generated tokens, end token included) to the power
     `length_penalty`, and `early_stopping=True` (the paper's beam search) is CTranslate2's default (`patience=1`: stop
     once `num_beams` hypotheses have ended). Settings with no CTranslate2 equivalent raise a `ValueError`.
@@ -219,19 +220,20 @@ def translate_options(
         unsupported.append("early_stopping")  # transformers' other stopping rules have no CTranslate2 counterpart
     if unsupported:
         raise ValueError(f"These generation settings have no CTranslate2 equivalent: {unsupported}.")
+    positions = min((n for n in (max_position_embeddings, generation_config.max_length) if n), default=None)
     if generation_config.max_new_tokens is not None:
         max_decoding_length = generation_config.max_new_tokens
+    elif "max_decoding_length" in overrides:
+        max_decoding_length = overrides["max_decoding_length"]
+    elif source_length is not None:
+        max_decoding_length = max_new_tokens_for(source_length, positions)
     elif generation_config.max_length is not None:
         max_decoding_length = generation_config.max_length - 1
-    elif source_length is not None:
-        max_decoding_length = max_new_tokens_for(source_length, max_position_embeddings)
-    elif "max_decoding_length" not in overrides:
-        raise ValueError(
-            "The generation config sets no length limit, so the limit follows the source (source length + 50, as "
-            "generate() does): pass `source_length`, the batch's longest source in tokens."
-        )
     else:
-        max_decoding_length = overrides["max_decoding_length"]
+        raise ValueError(
+            "The generation config sets no length limit, so the limit follows the source (source length + 50): pass "
+            "`source_length`, the batch's longest source in tokens."
+        )
     options = dict(
         beam_size=setting("num_beams"),
         length_penalty=setting("length_penalty"),

@@ -135,7 +135,7 @@ def to_marian(model: VanillaTransformerForConditionalGeneration) -> MarianMTMode
     load_converted_weights(marian, weights, ignored=_MARIAN_ONLY)
     marian.generation_config = model.generation_config.__class__.from_dict(model.generation_config.to_dict())
     if marian.generation_config.max_length is None and marian.generation_config.max_new_tokens is None:
-        # Our generate() defaults to source length + 50, which MarianMTModel does not know: without a limit it stops
+        # Folders saved before their generation config carried the model's limit: without one MarianMTModel stops
         # at transformers' 20 tokens. Its model limit, as the Hub's Marian models have.
         marian.generation_config.max_length = config.max_position_embeddings
     return marian.train(model.training)

@@ -3,13 +3,11 @@
 """Configuration of the encoder-decoder Transformer of "Attention Is All You Need" (Vaswani et al., 2017)."""
 
 import copy
-from typing import Literal
+from typing import ClassVar, Literal
 
 from huggingface_hub.dataclasses import strict
 from transformers import GenerationConfig, PreTrainedConfig
 from transformers.activations import ACT2FN
-
-from .saved_folder import SavedFolderConfigMixin
 
 
 # Table 3 of the paper: N = 6 layers per stack, and per size d_model, d_ff, h, P_drop. "base" is the config's default.
@@ -21,7 +19,7 @@ PAPER_PRESETS = {
 
 
 @strict
-class VanillaTransformerConfig(SavedFolderConfigMixin, PreTrainedConfig):
+class VanillaTransformerConfig(PreTrainedConfig):
     r"""
     The Transformer of "Attention Is All You Need"; the defaults are the paper's base model, and
     `VanillaTransformerConfig.from_paper("big", vocab_size=...)` gives the big one. Fields are named as in BART and
@@ -47,7 +45,6 @@ class VanillaTransformerConfig(SavedFolderConfigMixin, PreTrainedConfig):
     """
 
     model_type = "vanilla_transformer"
-    keys_to_ignore_at_inference = ["past_key_values"]
     attribute_map = {
         "hidden_size": "d_model",
         "num_attention_heads": "encoder_attention_heads",
@@ -81,6 +78,25 @@ class VanillaTransformerConfig(SavedFolderConfigMixin, PreTrainedConfig):
     use_cache: bool = True
     is_encoder_decoder: bool = True
     classifier_pooling: Literal["mean", "first"] = "mean"
+
+    # {task: pipeline class name} of the pipelines this process serves as local code (the package's import fills it).
+    local_pipelines: ClassVar[dict[str, str]] = {}
+
+    @classmethod
+    def from_dict(cls, config_dict: dict, **kwargs):
+        # Saved folders name their pipeline in `custom_pipelines`, which processes without this package load as remote
+        # code (trust_remote_code=True). transformers reads `custom_pipelines` before its registry, so the entries this
+        # process serves itself are dropped: local code wins, as for the model classes, and needs no trust.
+        custom = config_dict.get("custom_pipelines") or {}
+        remote = {
+            task: entry
+            for task, entry in custom.items()
+            if cls.local_pipelines.get(task) != entry.get("impl", "").rsplit(".", 1)[-1]
+        }
+        if remote != custom:
+            config_dict = {key: value for key, value in config_dict.items() if key != "custom_pipelines"}
+            config_dict.update({"custom_pipelines": remote} if remote else {})
+        return super().from_dict(config_dict, **kwargs)
 
     def __post_init__(self, **kwargs):
         super().__post_init__(**kwargs)
@@ -158,6 +174,13 @@ def max_new_tokens_for(
     return limit if max_position_embeddings is None else min(limit, max_position_embeddings - 1)
 
 
+def target_positions(config: PreTrainedConfig | None, generation_config: GenerationConfig | None = None) -> int | None:
+    """The most target positions a model generates, the decoder start token included: its `max_position_embeddings`
+    and its generation config's `max_length`, where set (None: no limit known)."""
+    limits = (getattr(config, "max_position_embeddings", None), getattr(generation_config, "max_length", None))
+    return min((n for n in limits if n), default=None)
+
+
 SPECIAL_TOKEN_IDS = ("pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id")
 
 
@@ -168,11 +191,19 @@ def special_token_ids(config: PreTrainedConfig) -> dict:
 
 def paper_generation_config(config: PreTrainedConfig, **kwargs) -> GenerationConfig:
     """The paper's decoding (section 6.1) for any seq2seq `config`'s special tokens: beam size 4, length penalty 0.6,
-    stop when all beams have ended; keyword arguments override any setting. No length limit: `generate(max_new_tokens=
-    ...)` and `generate(max_length=...)` apply as given, and otherwise the paper's ([`max_new_tokens_for`])."""
+    stop when all beams have ended, at most the model's positions (`max_length`); keyword arguments override any
+    setting. The paper's source length + 50 ([`max_new_tokens_for`]) depends on each source: the translation
+    pipeline and `translate` apply it within `max_length`."""
     settings = dict(num_beams=4, length_penalty=0.6, early_stopping=True)
+    settings.update(max_length_setting(config))
     return GenerationConfig(**special_token_ids(config), **{**settings, **kwargs})
 
 
-__all__ = ["MAX_LEN_A", "MAX_LEN_B", "VanillaTransformerConfig", "max_new_tokens_for", "paper_generation_config"]
-__all__ += ["special_token_ids"]
+def max_length_setting(config: PreTrainedConfig) -> dict:
+    """`max_length` of a generation config for `config`: its positions, where it has a limit."""
+    limit = getattr(config, "max_position_embeddings", None)
+    return {} if limit is None else {"max_length": limit}
+
+
+__all__ = ["MAX_LEN_A", "MAX_LEN_B", "VanillaTransformerConfig", "max_length_setting", "max_new_tokens_for"]
+__all__ += ["paper_generation_config", "special_token_ids", "target_positions"]

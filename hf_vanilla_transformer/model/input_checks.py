@@ -45,7 +45,7 @@ def check_inputs(
         if input_ids.shape[1] == 0:
             raise ValueError(f"`{names.ids}` is empty (sequence length 0): every sequence needs a token, e.g. EOS.")
         if isinstance(past_length, int) and past_length == 0:
-            assert_token_ids(input_ids, names.ids, config.vocab_size)
+            check_token_ids(input_ids, names.ids, config.vocab_size)
     if not isinstance(past_length, int):  # a static cache's length is a tensor: nothing more to check per step
         return
     batch_size, length = (input_ids if input_ids is not None else inputs_embeds).shape[:2]
@@ -73,27 +73,26 @@ def check_labels(config, labels: torch.Tensor, source: torch.Tensor | None) -> N
         raise TypeError(f"`labels` must hold integer token ids (torch.long), got dtype {labels.dtype}.")
     if batch_size is not None and labels.shape[0] != batch_size:
         raise ValueError(f"`labels` has batch size {labels.shape[0]} but the source has batch size {batch_size}.")
-    assert_token_ids(labels, "labels", config.vocab_size, ignore_index=-100)
+    check_token_ids(labels, "labels", config.vocab_size, ignore_index=-100)
 
 
-def assert_token_ids(ids: torch.Tensor, name: str, vocab_size: int, ignore_index: int | None = None) -> None:
-    """Ids in [0, vocab_size) (or `ignore_index`), asserted on the device without stalling it. On the CPU the assert
-    raises at once, and only then are the ids read to name the first bad one."""
-    if is_torchdynamo_compiling():
+def check_token_ids(ids: torch.Tensor, name: str, vocab_size: int, ignore_index: int | None = None) -> None:
+    """Ids in [0, vocab_size) (or `ignore_index`). Checked where reading them costs nothing, on the CPU: on a GPU the
+    read would stall the device at every batch, and an id out of range stops the embedding or loss kernel there."""
+    if ids.device.type != "cpu" or is_torchdynamo_compiling():
         return
     valid = (ids >= 0) & (ids < vocab_size)
     if ignore_index is not None:
         valid |= ids == ignore_index
-    try:
-        torch._assert_async(valid.all())
-    except RuntimeError:
-        bad, allowed = int(ids[~valid][0]), f"[0, {vocab_size})"
-        if ignore_index is None:
-            raise ValueError(f"`{name}` contains token id {bad}, outside the vocabulary {allowed}.") from None
-        raise ValueError(f"`{name}` contains token id {bad}: {name} must be in {allowed} or {ignore_index}.") from None
+    if bool(valid.all()):
+        return
+    bad, allowed = int(ids[~valid][0]), f"[0, {vocab_size})"
+    if ignore_index is None:
+        raise ValueError(f"`{name}` contains token id {bad}, outside the vocabulary {allowed}.")
+    raise ValueError(f"`{name}` contains token id {bad}: {name} must be in {allowed} or {ignore_index}.")
 
 
-def check_encoder_states(config, hidden_states, encoder_hidden_states, past_key_values) -> None:
+def check_encoder_states(config, hidden_states, encoder_hidden_states, cache) -> None:
     """The decoder's encoder states: present exactly in encoder-decoder models, with the target's batch size; their
     cache keeps the cross-attention's keys and values apart (a plain cache would mix them with the self-attention's)."""
     if (encoder_hidden_states is None) == config.is_encoder_decoder:
@@ -107,12 +106,8 @@ def check_encoder_states(config, hidden_states, encoder_hidden_states, past_key_
             f"The decoder inputs have batch size {hidden_states.shape[0]} but the encoder outputs have batch size "
             f"{encoder_hidden_states.shape[0]}: source and target batches must match."
         )
-    if (
-        config.is_encoder_decoder
-        and past_key_values is not None
-        and not isinstance(past_key_values, EncoderDecoderCache)
-    ):
-        raise TypeError(f"`past_key_values` must be an `EncoderDecoderCache`, got {type(past_key_values).__name__}.")
+    if config.is_encoder_decoder and cache is not None and not isinstance(cache, EncoderDecoderCache):
+        raise TypeError(f"The decoding cache must be an `EncoderDecoderCache`, got {type(cache).__name__}.")
 
 
 __all__ = ["SEQUENCE", "SOURCE", "TARGET", "StackInputs", "check_encoder_states", "check_inputs", "check_labels"]

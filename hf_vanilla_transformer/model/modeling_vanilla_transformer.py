@@ -20,8 +20,7 @@ The other heads reuse one stack: `VanillaTransformerForCausalLM` (the decoder wi
 `VanillaTransformerForSequenceClassification` (the encoder).
 
 Not the paper, and beside this file: `padding.py` (each stack packs its real tokens into rows once; only the attention
-kernel sees the padded layout), `output_projection.py` (a prepacked output matrix for CPU inference), `input_checks.py`
-(errors naming the argument) and `saved_folder.py` (saving plumbing).
+kernel sees the padded layout) and `input_checks.py` (errors naming the argument).
 
 Shapes: b batch, s source length, t target length (new tokens), k key length (cache + new), n real (non-padding)
 tokens packed by `Padding`, h heads, d d_model, dh head dim, v vocabulary. Masks follow transformers: 2D
@@ -29,8 +28,8 @@ tokens packed by `Padding`, h heads, d d_model, dh head dim, v vocabulary. Masks
 """
 
 import copy
+import dataclasses
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import torch
 from torch import nn
@@ -53,11 +52,20 @@ from transformers.utils import TransformersKwargs, can_return_tuple
 from transformers.utils.generic import merge_with_config_defaults
 from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
-from .configuration_vanilla_transformer import VanillaTransformerConfig, max_new_tokens_for
+from .configuration_vanilla_transformer import VanillaTransformerConfig, max_length_setting
 from .input_checks import SEQUENCE, SOURCE, TARGET, StackInputs, check_encoder_states, check_inputs, check_labels
-from .output_projection import vocabulary_logits
 from .padding import NO_PADDING, Padding
-from .saved_folder import SavedFolderModelMixin
+
+
+# transformers 5.24 renamed the decoding cache from `past_key_values` to `cache`: the argument `generate()` passes to
+# `forward` and the output field it reads back. The models take either name and answer with the installed release's.
+CACHE_NAME = "cache" if "cache" in {field.name for field in dataclasses.fields(Seq2SeqLMOutput)} else "past_key_values"
+
+
+def take_cache(cache: Cache | None, kwargs: dict) -> Cache | None:
+    """The cache passed as `cache`, or under its name before transformers 5.24 (`past_key_values`, in `kwargs`)."""
+    earlier = kwargs.pop("past_key_values", None)
+    return earlier if cache is None else cache
 
 
 class VanillaTransformerSinusoidalPositionalEncoding(nn.Module):
@@ -125,27 +133,27 @@ class VanillaTransformerAttention(nn.Module):
         hidden_states: torch.Tensor,  # (n, d) packed by `padding`, or (b, t, d)
         key_value_states: torch.Tensor | None = None,  # the encoder output (b, s, d), for cross-attention
         attention_mask: torch.Tensor | None = None,
-        past_key_values: Cache | None = None,
+        cache: Cache | None = None,
         padding: Padding = NO_PADDING,  # of `hidden_states`
         **kwargs,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         is_cross_attention = key_value_states is not None
         query = self.split_heads(self.q_proj(hidden_states), padding)
-        if is_cross_attention and past_key_values is not None and past_key_values.is_updated.get(self.layer_idx):
+        if is_cross_attention and cache is not None and cache.is_updated.get(self.layer_idx):
             # The encoder output does not change during generation: its keys and values are projected once.
-            layer = past_key_values.cross_attention_cache.layers[self.layer_idx]
+            layer = cache.cross_attention_cache.layers[self.layer_idx]
             key, value = layer.keys, layer.values
         else:
             source, source_padding = (key_value_states, NO_PADDING) if is_cross_attention else (hidden_states, padding)
             key = self.split_heads(self.k_proj(source), source_padding)  # (b, h, k, dh)
             value = self.split_heads(self.v_proj(source), source_padding)
-            if past_key_values is not None:
-                cache = past_key_values  # a plain cache in decoder-only models
+            if cache is not None:
+                layers = cache  # a plain cache in decoder-only models
                 if isinstance(cache, EncoderDecoderCache):
-                    cache = cache.cross_attention_cache if is_cross_attention else cache.self_attention_cache
-                key, value = cache.update(key, value, self.layer_idx)
+                    layers = cache.cross_attention_cache if is_cross_attention else cache.self_attention_cache
+                key, value = layers.update(key, value, self.layer_idx)
                 if is_cross_attention:
-                    past_key_values.is_updated[self.layer_idx] = True
+                    cache.is_updated[self.layer_idx] = True
         attention_interface = ALL_ATTENTION_FUNCTIONS.get_interface(
             self.config._attn_implementation, eager_attention_forward
         )
@@ -194,7 +202,7 @@ class VanillaTransformerEncoderLayer(VanillaTransformerLayer):
         self.final_layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
 
     def forward(self, hidden_states, attention_mask=None, padding: Padding = NO_PADDING, **kwargs) -> torch.Tensor:
-        attention = self.self_attn  # (hidden_states, key_value_states, attention_mask, past_key_values, padding)
+        attention = self.self_attn  # (hidden_states, key_value_states, attention_mask, cache, padding)
         hidden_states = self.residual(
             self.self_attn_layer_norm, hidden_states, attention, None, attention_mask, None, padding, **kwargs
         )
@@ -221,12 +229,11 @@ class VanillaTransformerDecoderLayer(VanillaTransformerLayer):
         attention_mask: torch.Tensor | None,
         encoder_hidden_states: torch.Tensor | None = None,  # positional, so reentrant gradient checkpointing sees it
         encoder_attention_mask: torch.Tensor | None = None,
-        past_key_values: EncoderDecoderCache | None = None,
+        cache: EncoderDecoderCache | None = None,
         padding: Padding = NO_PADDING,  # of the target
         **kwargs,
     ) -> torch.Tensor:
-        # Attention arguments: (hidden_states, key_value_states, attention_mask, past_key_values, padding).
-        cache = past_key_values
+        # Attention arguments: (hidden_states, key_value_states, attention_mask, cache, padding).
         # Self Attention
         hidden_states = self.residual(
             self.self_attn_layer_norm, hidden_states, self.self_attn, None, attention_mask, cache, padding, **kwargs
@@ -241,7 +248,7 @@ class VanillaTransformerDecoderLayer(VanillaTransformerLayer):
         return self.residual(self.final_layer_norm, hidden_states, self.feed_forward)
 
 
-class VanillaTransformerPreTrainedModel(SavedFolderModelMixin, PreTrainedModel):
+class VanillaTransformerPreTrainedModel(PreTrainedModel):
     config: VanillaTransformerConfig
     config_class = VanillaTransformerConfig
     base_model_prefix = "model"
@@ -254,15 +261,43 @@ class VanillaTransformerPreTrainedModel(SavedFolderModelMixin, PreTrainedModel):
     _supports_attention_backend = True
     _can_compile_fullgraph = True
 
-    def _resize_token_embeddings(self, new_num_tokens, pad_to_multiple_of=None, mean_resizing=True):
-        embeddings = super()._resize_token_embeddings(new_num_tokens, pad_to_multiple_of, mean_resizing)
+    def __init__(self, config: VanillaTransformerConfig, *args, **kwargs):
+        super().__init__(config, *args, **kwargs)
+        if getattr(self, "generation_config", None) is not None:  # the heads that generate
+            # Generation stops at the model's positions rather than at GenerationConfig's default of 20 tokens.
+            self.generation_config.update(**max_length_setting(config))
+
+    def post_init(self):
+        super().post_init()
+        # Tied copies are not saved, only their source: listed here, `Trainer` re-ties them when it resumes instead of
+        # warning about missing keys.
+        self._keys_to_ignore_on_save = set(self._keys_to_ignore_on_save or ()) | set(self.all_tied_weights_keys)
+
+    def resize_token_embeddings(self, new_num_tokens=None, pad_to_multiple_of=None, mean_resizing=True):
+        embeddings = super().resize_token_embeddings(new_num_tokens, pad_to_multiple_of, mean_resizing)
         model = self.base_model
         if isinstance(model, VanillaTransformerModel) and model.shared is None:
-            # Untied: transformers resizes the input (source) and output matrices; the target embeddings are a third.
+            # Untied: transformers resizes the input (source) and output matrices; the target embeddings are a third,
+            # resized as Marian resizes its decoder's.
             model.decoder.embed_tokens = self._get_resized_embeddings(
-                model.decoder.embed_tokens, embeddings.weight.shape[0], mean_resizing=mean_resizing
+                model.decoder.embed_tokens, embeddings.num_embeddings, mean_resizing=mean_resizing
             )
         return embeddings
+
+    def save_pretrained(self, save_directory, *args, **kwargs):
+        if self._auto_class in ("AutoModel", "AutoModelForSeq2SeqLM"):
+            # transformers maps only the saved class in `auto_map`: AutoModel and AutoModelForSeq2SeqLM both load a
+            # folder saved by either of them, and so does the translation pipeline (`custom_pipelines`).
+            from .pipeline_translation import CUSTOM_PIPELINES  # the pipeline file imports the configuration's
+
+            module = type(self).__module__.rsplit(".", 1)[-1]
+            auto_map = {
+                "AutoModel": f"{module}.VanillaTransformerModel",
+                "AutoModelForSeq2SeqLM": f"{module}.VanillaTransformerForConditionalGeneration",
+            }
+            self.config.auto_map = {**(getattr(self.config, "auto_map", None) or {}), **auto_map}
+            self.config.custom_pipelines = CUSTOM_PIPELINES
+        super().save_pretrained(save_directory, *args, **kwargs)
 
 
 class VanillaTransformerStack(VanillaTransformerPreTrainedModel):
@@ -294,13 +329,13 @@ class VanillaTransformerStack(VanillaTransformerPreTrainedModel):
         hidden_states = inputs_embeds * self.embed_scale + self.embed_positions(position_ids).to(inputs_embeds.dtype)
         return nn.functional.dropout(hidden_states, p=self.config.dropout, training=self.training)
 
-    def find_padding(self, attention_mask: torch.Tensor | None, kwargs: dict, past_key_values=None) -> Padding:
+    def find_padding(self, attention_mask: torch.Tensor | None, kwargs: dict, cache=None) -> Padding:
         """The `Padding` of this stack's side. Its states are not packed when recorded per layer (hidden states keep
         their (b, t, d) shape), nor after a right-padded prompt: the next token is read from its last position."""
         padding = Padding(
             attention_mask, pack=not kwargs.get("output_hidden_states", self.config.output_hidden_states)
         )
-        if past_key_values is not None and padding.index is not None and not padding.mask[:, -1].all():
+        if cache is not None and padding.index is not None and not padding.mask[:, -1].all():
             padding.index = None  # computed, as Marian and a static cache's 4D mask do, rather than zeros
         return padding
 
@@ -321,7 +356,7 @@ class VanillaTransformerStack(VanillaTransformerPreTrainedModel):
         return padding.unpack(hidden_states)  # (b, t, d)
 
 
-@dataclass
+@dataclasses.dataclass
 class VanillaTransformerEncoderOutput(BaseModelOutput):
     r"""
     padding_mask (`torch.Tensor` of shape `(batch_size, source_length)`, *optional*):
@@ -387,24 +422,23 @@ class VanillaTransformerDecoder(VanillaTransformerStack):
         attention_mask: torch.Tensor | None = None,  # (b, k): cached + new target tokens
         encoder_hidden_states: torch.Tensor | None = None,  # (b, s, d)
         encoder_attention_mask: torch.Tensor | None = None,  # (b, s), None when no source token is padding
-        past_key_values: Cache | None = None,
+        cache: Cache | None = None,
         inputs_embeds: torch.Tensor | None = None,  # (b, t, d), unscaled
         use_cache: bool | None = None,
         position_ids: torch.LongTensor | None = None,  # (b, t); by default counted over the real tokens
         **kwargs: Unpack[TransformersKwargs],
     ) -> BaseModelOutputWithPastAndCrossAttentions:
-        if use_cache and past_key_values is None:
-            past_key_values = DynamicCache(config=self.config)
+        cache = take_cache(cache, kwargs)
+        if use_cache and cache is None:
+            cache = DynamicCache(config=self.config)
             if self.config.is_encoder_decoder:
-                past_key_values = EncoderDecoderCache(past_key_values, DynamicCache(config=self.config))
-        past_length = past_key_values.get_seq_length() if past_key_values is not None else 0
+                cache = EncoderDecoderCache(cache, DynamicCache(config=self.config))
+        past_length = cache.get_seq_length() if cache is not None else 0
         hidden_states = self.embed(input_ids, inputs_embeds, attention_mask, past_length, position_ids)
         new_tokens = attention_mask[:, -hidden_states.shape[1] :] if attention_mask is not None else None
-        target_padding = self.find_padding(new_tokens, kwargs, past_key_values)
-        causal_mask = self.causal_mask(
-            hidden_states, attention_mask, target_padding, past_key_values, past_length, position_ids
-        )
-        check_encoder_states(self.config, hidden_states, encoder_hidden_states, past_key_values)
+        target_padding = self.find_padding(new_tokens, kwargs, cache)
+        causal_mask = self.causal_mask(hidden_states, attention_mask, target_padding, cache, past_length, position_ids)
+        check_encoder_states(self.config, hidden_states, encoder_hidden_states, cache)
         cross_mask = None  # decoder-only models have no cross-attention
         if encoder_hidden_states is not None:
             cross_mask = self.padding_mask(hidden_states, encoder_attention_mask, encoder_hidden_states)
@@ -415,27 +449,28 @@ class VanillaTransformerDecoder(VanillaTransformerStack):
                 causal_mask,
                 encoder_hidden_states,
                 cross_mask,
-                past_key_values=past_key_values,
+                cache=cache,
                 padding=target_padding,
                 **kwargs,
             )
         return BaseModelOutputWithPastAndCrossAttentions(
-            last_hidden_state=self.finish(hidden_states, target_padding), past_key_values=past_key_values
+            last_hidden_state=self.finish(hidden_states, target_padding), **{CACHE_NAME: cache}
         )
 
-    def causal_mask(self, hidden_states, attention_mask, target_padding, past_key_values, past_length, position_ids):
+    def causal_mask(self, hidden_states, attention_mask, target_padding, cache, past_length, position_ids):
         """The self-attention mask over cached + new tokens, or `None` where the kernel's causal rule is enough."""
         no_past = isinstance(past_length, int) and past_length == 0  # a static cache's length is a tensor
         if no_past and (attention_mask is None or attention_mask.dim() == 2):
             attention_mask = target_padding.mask  # known already: no synchronisation to find out
-        cache = getattr(past_key_values, "self_attention_cache", past_key_values)
+        cache = getattr(cache, "self_attention_cache", cache)
         if attention_mask is None and hidden_states.shape[1] == 1 and not getattr(cache, "is_compileable", False):
             return None  # one new token may see every cached one (a static cache would also hold empty slots)
+        # The cache by position: its keyword is `past_key_values` before transformers 5.24 and `cache` from it on.
         return create_causal_mask(
-            config=self.config,
-            inputs_embeds=hidden_states,
-            attention_mask=attention_mask,
-            past_key_values=cache,
+            self.config,
+            hidden_states,
+            attention_mask,
+            cache,
             position_ids=position_ids,  # sequences packed in one row (positions restarting) do not see each other
             allow_is_causal_skip=attention_mask is None or not no_past,
         )
@@ -475,12 +510,13 @@ class VanillaTransformerModel(VanillaTransformerPreTrainedModel):
         decoder_input_ids: torch.LongTensor | None = None,
         decoder_attention_mask: torch.Tensor | None = None,
         encoder_outputs: tuple[torch.Tensor] | BaseModelOutput | None = None,
-        past_key_values: Cache | None = None,
+        cache: Cache | None = None,
         inputs_embeds: torch.Tensor | None = None,
         decoder_inputs_embeds: torch.Tensor | None = None,
         use_cache: bool | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> Seq2SeqModelOutput:
+        cache = take_cache(cache, kwargs)
         if encoder_outputs is None:
             encoder_outputs = self.encoder(
                 input_ids=input_ids, attention_mask=attention_mask, inputs_embeds=inputs_embeds, **kwargs
@@ -492,14 +528,14 @@ class VanillaTransformerModel(VanillaTransformerPreTrainedModel):
             attention_mask=decoder_attention_mask,
             encoder_hidden_states=encoder_outputs.last_hidden_state,
             encoder_attention_mask=encoder_outputs.padding_mask,
-            past_key_values=past_key_values,
+            cache=cache,
             inputs_embeds=decoder_inputs_embeds,
             use_cache=use_cache,
             **kwargs,
         )
         return Seq2SeqModelOutput(
             last_hidden_state=decoder_outputs.last_hidden_state,
-            past_key_values=decoder_outputs.past_key_values,
+            **{CACHE_NAME: decoder_outputs.get(CACHE_NAME)},
             decoder_hidden_states=decoder_outputs.hidden_states,
             decoder_attentions=decoder_outputs.attentions,
             cross_attentions=decoder_outputs.cross_attentions,
@@ -574,30 +610,6 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
     def prepare_decoder_input_ids_from_labels(self, labels: torch.Tensor) -> torch.Tensor:
         return shift_tokens_right(labels, self.config.pad_token_id, self.config.decoder_start_token_id)
 
-    def _prepare_generated_length(self, generation_config, has_default_max_length, *args, **kwargs):
-        input_ids_length, inputs_tensor = kwargs["input_ids_length"], kwargs["inputs_tensor"]
-        if has_default_max_length and generation_config.max_new_tokens is None and inputs_tensor is not None:
-            # The paper's length limit (section 6.1), source length + 50, rather than transformers' fixed 20 tokens.
-            generation_config.max_new_tokens = max_new_tokens_for(
-                inputs_tensor.shape[1], self.config.max_position_embeddings + 1 - input_ids_length
-            )
-        return super()._prepare_generated_length(generation_config, has_default_max_length, *args, **kwargs)
-
-    def _reorder_cache(self, past_key_values: EncoderDecoderCache, beam_idx: torch.LongTensor) -> EncoderDecoderCache:
-        # Beam search reorders beams within each source, whose beams share its cross-attention keys and values.
-        past_key_values.self_attention_cache.reorder_cache(beam_idx)
-        return past_key_values
-
-    def _validate_generated_length(self, generation_config, input_ids_length, has_default_max_length):
-        super()._validate_generated_length(generation_config, input_ids_length, has_default_max_length)
-        # Fail before decoding rather than after generating max_position_embeddings tokens.
-        if generation_config.max_length > self.config.max_position_embeddings:
-            raise ValueError(
-                f"generate() would produce up to {generation_config.max_length} target positions but the model "
-                f"supports at most max_position_embeddings={self.config.max_position_embeddings}: lower "
-                "`max_new_tokens` / `max_length`."
-            )
-
     @can_return_tuple
     def forward(
         self,
@@ -606,13 +618,14 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
         decoder_input_ids: torch.LongTensor | None = None,
         decoder_attention_mask: torch.Tensor | None = None,
         encoder_outputs: tuple[torch.Tensor] | BaseModelOutput | None = None,
-        past_key_values: Cache | None = None,
+        cache: Cache | None = None,
         inputs_embeds: torch.Tensor | None = None,
         decoder_inputs_embeds: torch.Tensor | None = None,
         labels: torch.LongTensor | None = None,  # (b, t); -100 marks positions without a target
         use_cache: bool | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> Seq2SeqLMOutput:
+        cache = take_cache(cache, kwargs)
         num_items_in_batch = kwargs.pop("num_items_in_batch", None)
         if labels is not None:
             check_labels(self.config, labels, input_ids if input_ids is not None else inputs_embeds)
@@ -628,7 +641,7 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
             decoder_input_ids=decoder_input_ids,
             decoder_attention_mask=decoder_attention_mask,
             encoder_outputs=encoder_outputs,
-            past_key_values=past_key_values,
+            cache=cache,
             inputs_embeds=inputs_embeds,
             decoder_inputs_embeds=decoder_inputs_embeds,
             use_cache=use_cache,
@@ -636,7 +649,7 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
         )
         # In training, only the real target positions are projected and scored.
         targets = Padding(decoder_attention_mask) if labels is not None and self.training else NO_PADDING
-        logits = vocabulary_logits(self.lm_head, targets.pack(outputs.last_hidden_state))  # (n, v) or (b, t, v)
+        logits = self.lm_head(targets.pack(outputs.last_hidden_state))  # (n, v) or (b, t, v)
         loss = None
         if labels is not None:
             loss = token_cross_entropy(logits, targets.pack(labels), num_items_in_batch, self.config)
@@ -665,7 +678,7 @@ class VanillaTransformerForCausalLM(VanillaTransformerPreTrainedModel, Generatio
         self,
         input_ids: torch.LongTensor | None = None,  # (b, t)
         attention_mask: torch.Tensor | None = None,  # (b, k): cached + new tokens
-        past_key_values: Cache | None = None,
+        cache: Cache | None = None,
         inputs_embeds: torch.Tensor | None = None,
         labels: torch.LongTensor | None = None,  # (b, t), the inputs themselves: shifted here; -100 is ignored
         use_cache: bool | None = None,
@@ -673,6 +686,7 @@ class VanillaTransformerForCausalLM(VanillaTransformerPreTrainedModel, Generatio
         logits_to_keep: int = 0,  # `generate()` asks for the last position only
         **kwargs: Unpack[TransformersKwargs],
     ) -> CausalLMOutputWithCrossAttentions:
+        cache = take_cache(cache, kwargs)
         num_items_in_batch = kwargs.pop("num_items_in_batch", None)
         # Position i predicts token i + 1: `labels` are the inputs; `shift_labels` come aligned (sequence parallelism).
         shift_labels = kwargs.pop("shift_labels", None)
@@ -684,7 +698,7 @@ class VanillaTransformerForCausalLM(VanillaTransformerPreTrainedModel, Generatio
         outputs = self.model(
             input_ids=input_ids,
             attention_mask=attention_mask,
-            past_key_values=past_key_values,
+            cache=cache,
             inputs_embeds=inputs_embeds,
             use_cache=use_cache,
             position_ids=position_ids,
@@ -692,7 +706,7 @@ class VanillaTransformerForCausalLM(VanillaTransformerPreTrainedModel, Generatio
         )
         hidden_states = outputs.last_hidden_state
         hidden_states = hidden_states[:, -logits_to_keep:] if logits_to_keep else hidden_states
-        logits = vocabulary_logits(self.lm_head, hidden_states)  # (b, t, v)
+        logits = self.lm_head(hidden_states)  # (b, t, v)
         loss = None
         if shift_labels is not None:
             loss = token_cross_entropy(logits, shift_labels, num_items_in_batch, self.config)

@@ -13,7 +13,7 @@ from transformers import Pipeline
 from transformers.tokenization_utils_base import VERY_LARGE_INTEGER
 from transformers.utils import logging
 
-from .configuration_vanilla_transformer import MAX_LEN_A, MAX_LEN_B, max_new_tokens_for
+from .configuration_vanilla_transformer import MAX_LEN_A, MAX_LEN_B, max_new_tokens_for, target_positions
 
 
 logger = logging.get_logger(__name__)
@@ -39,10 +39,10 @@ class TranslationPipeline(Pipeline):
     of the model's generation config. Inputs longer than the model accepts are truncated with a warning, or raise a
     `ValueError` with `truncation=False`. Blank inputs translate to `""` without depending on the model.
 
-    Unless the call or the model's generation config sets `max_new_tokens` or `max_length`, the length limit follows
-    the source: `max_len_a` x source tokens + `max_len_b` new tokens (default: the paper's source length + 50), per
-    batch, within the model's `max_position_embeddings`. Translations that reach the limit without ending are counted
-    in a warning: they may be cut short.
+    Unless the call sets `max_new_tokens` or `max_length` (or the model's generation config a fixed `max_new_tokens`),
+    the length limit follows the source: `max_len_a` x source tokens + `max_len_b` new tokens (default: the paper's
+    source length + 50), per batch, within the model's positions and its generation config's `max_length`.
+    Translations that reach the limit without ending are counted in a warning: they may be cut short.
 
     The task may name the languages, `"translation_de_to_en"`; they are kept as `src_lang` / `tgt_lang`. The model
     decides the direction: a model trained for one language pair translates in that direction whatever the task says.
@@ -132,13 +132,20 @@ class TranslationPipeline(Pipeline):
     ) -> dict[str, torch.Tensor]:
         is_blank = model_inputs.pop("is_blank")
         generate_kwargs = generate_kwargs or {}
-        set_params = self._get_set_generation_params({**self._generate_kwargs, **generate_kwargs})
+        given = {**self._generate_kwargs, **generate_kwargs}
+        given.update(given["generation_config"].to_diff_dict() if given.get("generation_config") else {})
+        set_params = self._get_set_generation_params(given)
+        # Limits go to generate() as max_length, which counts the decoder start token and replaces the generation
+        # config's own; max_new_tokens beside that would draw generate()'s warning that both are set.
         limit = {}
-        if "max_new_tokens" not in set_params and "max_length" not in set_params:
+        if not {"max_new_tokens", "max_length"} & given.keys() and set_params.get("max_new_tokens") is None:
             source_length = model_inputs["input_ids"].shape[1]
-            max_positions = getattr(self.model.config, "max_position_embeddings", None)
-            limit["max_new_tokens"] = max_new_tokens_for(source_length, max_positions, max_len_a, max_len_b)
+            positions = target_positions(self.model.config, self.model.generation_config)
+            limit["max_length"] = 1 + max_new_tokens_for(source_length, positions, max_len_a, max_len_b)
         generate_kwargs = self._prepare_generate_kwargs(generate_kwargs, **limit)
+        if generate_kwargs.get("max_new_tokens") is not None and generate_kwargs.get("max_length") is None:
+            generate_kwargs = {**generate_kwargs, "max_length": 1 + generate_kwargs["max_new_tokens"]}
+            del generate_kwargs["max_new_tokens"]
         output_ids = self.model.generate(**model_inputs, **generate_kwargs)
         batch_size = model_inputs["input_ids"].shape[0]
         self._warn_about_unfinished(output_ids, is_blank, generate_kwargs, set_params)

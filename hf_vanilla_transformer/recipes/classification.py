@@ -25,6 +25,7 @@ from ..data.folders import check_output_dir
 from ..data.tokenizer import train_shared_bpe_tokenizer
 from ..model.configuration_vanilla_transformer import VanillaTransformerConfig
 from ..model.modeling_vanilla_transformer import VanillaTransformerForSequenceClassification
+from ..training.checkpoints import FileModesCallback, save_model
 from ..training.progress import TrainingProgressCallback
 from ..training.report import run_report, write_run_report
 from .common import DEMO_TRAINING, parse_recipe_arguments, single_stack_config
@@ -150,10 +151,10 @@ def main(argv: list[str] | None = None, prog: str = "hf-vanilla-transformer trai
         processing_class=tokenizer,
         data_collator=DataCollatorWithPadding(tokenizer),
         compute_metrics=classification_metrics,
-        callbacks=[TrainingProgressCallback(args.max_train_minutes)],
+        callbacks=[TrainingProgressCallback(args.max_train_minutes), FileModesCallback()],
     )
     trainer.train()
-    trainer.save_model()  # model (with id2label), tokenizer and code files
+    save_model(trainer)  # model (with id2label), tokenizer and code files
 
     validation = trainer.evaluate()
     test = trainer.predict(data["test"], metric_key_prefix="test")

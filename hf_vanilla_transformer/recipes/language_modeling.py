@@ -33,6 +33,7 @@ from ..data.folders import check_output_dir
 from ..data.tokenizer import BOS, train_shared_bpe_tokenizer
 from ..model.configuration_vanilla_transformer import VanillaTransformerConfig, special_token_ids
 from ..model.modeling_vanilla_transformer import VanillaTransformerForCausalLM
+from ..training.checkpoints import FileModesCallback, save_model
 from ..training.progress import TrainingProgressCallback
 from ..training.report import run_report, write_run_report
 from .common import DEMO_TRAINING, parse_recipe_arguments, single_stack_config
@@ -179,10 +180,10 @@ def main(argv: list[str] | None = None, prog: str = "hf-vanilla-transformer trai
         eval_dataset=data["validation"],
         processing_class=tokenizer,
         data_collator=DataCollatorForSeq2Seq(tokenizer),  # pads labels with -100
-        callbacks=[TrainingProgressCallback(args.max_train_minutes)],
+        callbacks=[TrainingProgressCallback(args.max_train_minutes), FileModesCallback()],
     )
     trainer.train()
-    trainer.save_model()  # model, tokenizer, generation config and code files
+    save_model(trainer)  # model, tokenizer, generation config and code files
 
     results = {}
     for split in ("validation", "test"):

@@ -42,7 +42,7 @@ from ..data.trained_on import record_trained_on
 from ..errors import InputError
 from ..model.configuration_vanilla_transformer import PAPER_PRESETS, VanillaTransformerConfig, paper_generation_config
 from ..model.pipeline_translation import TranslationPipeline
-from ..training.checkpoints import last_complete_checkpoint, verify_checkpoint
+from ..training.checkpoints import last_complete_checkpoint, save_model, verify_checkpoint
 from ..training.metrics import build_compute_metrics
 from ..training.report import run_report, write_run_report
 from ..training.trainer import TranslationDataCollator, TranslationTrainer, noam_learning_rate
@@ -448,7 +448,7 @@ def main(argv: list[str] | None = None, prog: str = "hf-vanilla-transformer trai
         max_train_minutes=recipe_args.max_train_minutes,
     )
     trainer.train(resume_from_checkpoint=resume_from)
-    trainer.save_model()  # model, tokenizer, generation config and code files: ready to share
+    save_model(trainer)  # model, tokenizer, generation config and code files: ready to share
     trainer.save_state()
 
     validation = trainer.evaluate() if "validation" in datasets else {}  # also the last point of the BLEU curve

@@ -8,14 +8,30 @@ from pathlib import Path
 import torch
 from safetensors import safe_open
 from safetensors.torch import load_file, save
+from transformers import TrainerCallback
 from transformers.trainer_pt_utils import safe_globals
 from transformers.utils import logging
 
-from ..data.folders import model_files, new_output_dir
+from ..data.folders import apply_umask, model_files, new_output_dir
 from ..errors import InputError
 
 
 logger = logging.get_logger(__name__)
+
+
+class FileModesCallback(TrainerCallback):
+    """Checkpoints get the file modes of the process umask ([`apply_umask`]) rather than safetensors' owner-only."""
+
+    def on_save(self, args, state, control, **kwargs):
+        if state.is_world_process_zero:
+            apply_umask(Path(args.output_dir) / f"checkpoint-{state.global_step}")
+
+
+def save_model(trainer) -> None:
+    """`trainer.save_model()` into its output folder, with the file modes of the process umask."""
+    trainer.save_model()
+    if trainer.is_world_process_zero():
+        apply_umask(trainer.args.output_dir)
 
 
 def verify_checkpoint(checkpoint: str | Path) -> None:

@@ -15,9 +15,10 @@ from transformers.utils import logging
 
 from ..data.corpus import pair_lengths
 from ..errors import InputError
-from ..model.configuration_vanilla_transformer import max_new_tokens_for
+from ..model.configuration_vanilla_transformer import max_new_tokens_for, target_positions
 from ..model.pipeline_translation import check_tokenizer_fits_model
 from .batching import LengthSortedSampler, SeededLengthGroupedSampler, TokenBatchSampler, accumulation_steps_for
+from .checkpoints import FileModesCallback
 from .progress import TrainingProgressCallback
 
 
@@ -101,6 +102,7 @@ class TranslationTrainer(Seq2SeqTrainer):
             check_tokenizer_fits_model(self.processing_class, self.model.config)
         bar = next((c for c in self.callback_handler.callbacks if isinstance(c, ProgressCallback)), None)
         self.add_callback(TrainingProgressCallback(max_train_minutes, bar))
+        self.add_callback(FileModesCallback())
 
     def get_train_dataloader(self) -> DataLoader:
         """With `max_tokens`: a data loader over [`TokenBatchSampler`] batches, handed to accelerate, which gives
@@ -183,8 +185,10 @@ class TranslationTrainer(Seq2SeqTrainer):
     def prediction_step(self, model, inputs, prediction_loss_only, ignore_keys=None, **gen_kwargs):
         gen_kwargs = gen_kwargs or dict(getattr(self, "_gen_kwargs", {}))
         if gen_kwargs.get("max_length") is None and gen_kwargs.get("max_new_tokens") is None:
-            max_positions = getattr(self.model.config, "max_position_embeddings", None)
-            gen_kwargs["max_new_tokens"] = max_new_tokens_for(inputs["input_ids"].shape[1], max_positions)
+            # The paper's source length + 50, as max_length (counting the decoder start token), which replaces the
+            # generation config's own.
+            positions = target_positions(self.model.config, self.model.generation_config)
+            gen_kwargs["max_length"] = 1 + max_new_tokens_for(inputs["input_ids"].shape[1], positions)
         generation_config = copy.deepcopy(self.model.generation_config)
         try:
             return super().prediction_step(model, inputs, prediction_loss_only, ignore_keys, **gen_kwargs)

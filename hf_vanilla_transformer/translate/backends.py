@@ -1,5 +1,5 @@
-"""Translation engines behind `hf_vanilla_transformer.translate.translator`: PyTorch `generate()` (float32, bf16/fp16 on GPUs,
-dynamic int8 on CPUs) and CTranslate2.
+"""Translation engines behind `hf_vanilla_transformer.translate.translator`: PyTorch with this package's search
+(`decoding.py`; float32, bf16/fp16 on GPUs, dynamic int8 on CPUs) and CTranslate2.
 
 Both take batches of source token ids with a new-token limit per sentence and return, per sentence, the best
 hypotheses as token ids with the log-probability of every token. Texts, batching and files are `translate.py`'s.
@@ -15,21 +15,20 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from transformers import (
-    AutoConfig,
-    AutoTokenizer,
-    GenerationConfig,
-    LogitsProcessor,
-    StoppingCriteria,
-)
+from transformers import AutoConfig, AutoTokenizer, GenerationConfig
 from transformers.utils import logging
 
 from ..data.folders import check_translation_folder, load_translation_model, resolve_model
 from ..data.trained_on import trained_on
 from ..errors import InputError
-from ..model.configuration_vanilla_transformer import MAX_LEN_A, MAX_LEN_B, VanillaTransformerConfig
+from ..model.configuration_vanilla_transformer import (
+    MAX_LEN_A,
+    MAX_LEN_B,
+    VanillaTransformerConfig,
+    target_positions,
+)
 from ..model.pipeline_translation import check_tokenizer_fits_model, max_source_length
-from .decoding import decode, supported
+from .decoding import check_settings, decode
 
 
 logger = logging.get_logger(__name__)
@@ -58,70 +57,17 @@ def _length_penalty(generation_config: GenerationConfig) -> float:
 
 
 def default_length_rule(generation_config: GenerationConfig) -> tuple[float, int]:
-    """(a, b) of the default limit a x source tokens + b new tokens: the model's own limit where its generation config
-    sets one (a = 0), else the translation pipeline's source length + 50, as generate() does for our models."""
+    """(a, b) of the default limit a x source tokens + b new tokens: the model's own fixed limit where its generation
+    config sets `max_new_tokens` (a = 0), else the paper's source length + 50, as the translation pipeline. The
+    config's `max_length` caps either (`target_positions`)."""
     if generation_config.max_new_tokens is not None:
         return 0.0, generation_config.max_new_tokens
-    if generation_config.max_length is not None:
-        return 0.0, generation_config.max_length - 1  # an encoder-decoder's max_length counts the decoder start token
     return float(MAX_LEN_A), MAX_LEN_B
 
 
-class SentenceLengthLimit(StoppingCriteria):
-    """Stops every row of sentence i after `limits[i]` new tokens: generate() has one limit per batch.
-
-    Rows are (sentence, beam or sample), sentence-major; beam search asks about all its candidate rows.
-    """
-
-    def __init__(self, limits: torch.Tensor):
-        self.limits = limits  # (b,)
-
-    def __call__(self, input_ids: torch.LongTensor, scores, **kwargs) -> torch.BoolTensor:
-        rows_per_sentence = input_ids.shape[0] // self.limits.shape[0]
-        return input_ids.shape[1] - 1 >= self.limits.repeat_interleave(rows_per_sentence)  # -1: decoder start
-
-
-class ScoreRecorder(LogitsProcessor):
-    """Keeps the log-probability of each chosen token without output_scores' full (rows, vocab) tensor per step.
-
-    It runs after the model's processors (forced or suppressed tokens) and before sampling's temperature/top-k/top-p.
-    Beam search: keeps each row's `keep` best log-probabilities per step; every token beam search picks is among the
-    best 2 * num_beams of its row (all of them when sampling). Greedy and sampling keep rows in place: the previous
-    step's log-probabilities are read at the token each row has just appended.
-    """
-
-    def __init__(self, beam_search: bool, keep: int):
-        self.beam_search, self.keep = beam_search, keep
-        self.steps, self.previous = [], None
-
-    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
-        if self.beam_search:  # scores are already log-probabilities
-            self.steps.append(scores.topk(min(self.keep, scores.shape[-1]), dim=-1))
-        else:
-            if self.previous is not None:
-                self.steps.append(self.previous.gather(1, input_ids[:, -1:]).squeeze(1))
-            self.previous = scores.log_softmax(-1)
-        return scores
-
-    def token_scores(self, sequences: torch.Tensor, beam_indices: torch.Tensor | None) -> torch.Tensor:
-        """(rows, new tokens) log-probabilities of `sequences[:, 1:]`, meaningful up to each row's end (beam search:
-        NaN after it)."""
-        tokens = sequences[:, 1:]
-        if not self.beam_search:
-            last = self.previous.gather(1, tokens[:, len(self.steps) : len(self.steps) + 1]).squeeze(1)
-            return torch.stack([*self.steps, last], dim=1)[:, : tokens.shape[1]]
-        steps = beam_indices.shape[1]
-        values = torch.stack([v for v, _ in self.steps[:steps]])  # (steps, rows, keep)
-        indices = torch.stack([i for _, i in self.steps[:steps]])
-        rows = beam_indices.clamp(min=0)  # (hypotheses, steps); -1 = not generated
-        at_step = torch.arange(steps, device=rows.device)
-        found = indices[at_step, rows] == tokens[:, :steps, None]  # (hypotheses, steps, keep)
-        scores = torch.where(found, values[at_step, rows], 0.0).sum(-1)
-        return scores.masked_fill(~found.any(-1) | (beam_indices < 0), float("nan"))
-
-
 class TorchBackend:
-    """`model.generate()` with one new-token limit per sentence and the token log-probabilities of the hypotheses."""
+    """A model with its tokenizer on this package's search (`decoding.py`): one new-token limit per sentence, the
+    token log-probabilities of the hypotheses."""
 
     def __init__(self, model, tokenizer, generation_config: GenerationConfig, nbest: int):
         self.model, self.tokenizer, self.nbest = model, tokenizer, nbest
@@ -129,14 +75,13 @@ class TorchBackend:
         eos = generation_config.eos_token_id
         self.eos_ids = set(eos if isinstance(eos, list) else [eos])
         self.input_limit = max_source_length(tokenizer, model.config)
-        self.max_position_embeddings = getattr(model.config, "max_position_embeddings", None)
+        self.max_position_embeddings = target_positions(model.config, generation_config)
         self.trained_on = trained_on(generation_config)
         self.default_length_rule = default_length_rule(generation_config)
         self.length_penalty = _length_penalty(generation_config)
         self.generation_config = copy.deepcopy(generation_config)
         self.generation_config.max_length = self.generation_config.max_new_tokens = None  # set per batch
-        # Deterministic decoding drops finished sentences from the batch (decoding.py); the rest is generate()'s.
-        self.own_search = supported(model, self.generation_config)
+        check_settings(model, self.generation_config)
 
     @torch.inference_mode()
     def generate(
@@ -147,46 +92,14 @@ class TorchBackend:
         length = max(map(len, sources))
         input_ids = torch.tensor([s + [pad] * (length - len(s)) for s in sources], device=self.device)
         attention_mask = torch.tensor([[1] * len(s) + [0] * (length - len(s)) for s in sources], device=self.device)
-        config = self.generation_config
-        if self.own_search:
-            decoded = decode(self.model, input_ids, attention_mask, limits, config, self.nbest)
-            return [
-                [
-                    Hypothesis(ids, token_scores if scores else [], not ids or ids[-1] not in self.eos_ids)
-                    for ids, token_scores in hypotheses
-                ]
-                for hypotheses in decoded
+        decoded = decode(self.model, input_ids, attention_mask, limits, self.generation_config, self.nbest, seed)
+        return [
+            [
+                Hypothesis(ids, token_scores if scores else [], not ids or ids[-1] not in self.eos_ids)
+                for ids, token_scores in hypotheses
             ]
-        num_beams = config.num_beams or 1
-        if config.do_sample:
-            torch.manual_seed(seed)
-        # Beam search picks among its best max(2, 1 + number of EOS ids) * num_beams candidates per sentence.
-        keep = self.model.config.vocab_size if config.do_sample else max(2, 1 + len(self.eos_ids)) * num_beams
-        recorder = ScoreRecorder(num_beams > 1, keep)
-        # generate() fills what its arguments leave unset from model.generation_config, and warns when that has a
-        # max_length beside our max_new_tokens: during the call, the model's config is ours.
-        original, self.model.generation_config = self.model.generation_config, config
-        try:
-            output = self.model.generate(
-                input_ids=input_ids,
-                attention_mask=attention_mask,
-                max_new_tokens=max(limits),
-                stopping_criteria=[SentenceLengthLimit(torch.tensor(limits, device=self.device))],
-                logits_processor=[recorder] if scores else [],
-                return_dict_in_generate=True,
-            )
-        finally:
-            self.model.generation_config = original
-        sequences = output.sequences
-        token_scores = recorder.token_scores(sequences, output.get("beam_indices")).tolist() if scores else None
-        hypotheses = []
-        for row, ids in enumerate(sequences[:, 1:].tolist()):
-            limit_of_row = limits[row // self.nbest]
-            end = next((i + 1 for i, t in enumerate(ids[:limit_of_row]) if t in self.eos_ids), None)
-            n = end or min(limit_of_row, len(ids))
-            row_scores = token_scores[row][:n] if scores else []
-            hypotheses.append(Hypothesis(ids[:n], row_scores, end is None))
-        return [hypotheses[i : i + self.nbest] for i in range(0, len(hypotheses), self.nbest)]
+            for hypotheses in decoded
+        ]
 
 
 def load_torch_backend(
@@ -256,7 +169,8 @@ class CTranslate2Backend:
         from ..interop.ctranslate2 import translate_options
 
         self.translator, self.tokenizer, self.nbest = translator, tokenizer, nbest
-        self.input_limit = self.max_position_embeddings = limit
+        self.input_limit = limit
+        self.max_position_embeddings = min((n for n in (limit, generation_config.max_length) if n), default=None)
         self.trained_on = trained_on(generation_config)
         self.default_length_rule = default_length_rule(generation_config)
         self.length_penalty = _length_penalty(generation_config)

@@ -1,34 +1,65 @@
-"""Greedy and beam search that drop each sentence from the batch once its result is final.
+"""The search of the torch engine: greedy, beam and sampling search over any encoder-decoder model, with each sentence
+leaving the batch as soon as its result is final.
 
-`generate()` keeps computing every row of a batch until the last sentence ends: in a length-sorted batch of the
-translate command, the sentences whose translations are short wait, at full cost, for the longest one (some 40% of
-the decoder's work on the bundled test split). Here a sentence leaves the batch, with its rows of the key/value
-cache, the encoder states and the source mask, at the step after which `generate()` could no longer change it. The
-search itself is transformers' (5.x `_beam_search`: the 2 x num_beams best continuations, the finished hypotheses
-scored by length ** length_penalty, `early_stopping`), step for step in the same tensor operations, so its choices are
-`generate()`'s; only the rows that share a matrix product change, as between two batchings of the same sentences.
+`generate()` computes every row of a batch until its last sentence ends, so in a length-sorted batch the sentences
+with short translations wait, at full cost, for the longest one (some 40% of the decoder's work on the bundled test
+split). Here a sentence leaves, with its rows of the key/value cache, the encoder states and the source mask, at the
+step after which its result can no longer change.
 
-It covers the deterministic settings translation uses: greedy or beam search, per-sentence length limits, n-best,
-and bans of single tokens (`bad_words_ids`, as OPUS-MT models ban <pad>). `supported()` says whether a generation
-config needs nothing else; otherwise the backend calls `generate()`.
+Scores. A hypothesis' score is the sum of its tokens' log-probabilities, after the logits processors below. Greedy
+search appends the most probable token; sampling draws from the distribution reshaped by `temperature`, `top_k` and
+`top_p` (the recorded log-probabilities are those before that reshaping). Beam search with k beams extends every live
+hypothesis of a sentence by every token and keeps the 2k best continuations: those among the first k that end (the end
+token, or the sentence's length limit) join its finished list, ranked by score / n ** `length_penalty` for n new
+tokens (the end token included), which keeps the k best; the k best that do not end go on. A sentence is done when
+its finished list cannot improve: with `early_stopping=True` (the paper's) once it holds k hypotheses; with `False`
+once the best live hypothesis, ranked at its current length, scores below the worst finished one; with `"never"` the
+same at the longest length it may reach. These are the rules of transformers' and fairseq's beam search, so on the
+same arithmetic `generate()` chooses the same tokens (tests/translate/test_decoding.py checks it on a trained model).
+
+Logits processors, applied in this order to each step's log-probabilities (beam search) or logits (greedy, sampling):
+`bad_words_ids`, `no_repeat_ngram_size`, `repetition_penalty` and `suppress_tokens` (transformers' public processor
+classes), `min_new_tokens`/`min_length` (no end token before), `forced_bos_token_id` (the first token) and
+`forced_eos_token_id` (the end token at the sentence's limit); `renormalize_logits` normalises after them. Any other
+setting of a generation config is refused by `check_settings` before decoding, naming it.
 """
 
 import torch
-from transformers import GenerationConfig
+from transformers import (
+    GenerationConfig,
+    LogitsProcessorList,
+    NoBadWordsLogitsProcessor,
+    NoRepeatNGramLogitsProcessor,
+    RepetitionPenaltyLogitsProcessor,
+    SuppressTokensLogitsProcessor,
+)
 
 from ..data.trained_on import FIELD
+from ..errors import InputError
+from ..model.modeling_vanilla_transformer import CACHE_NAME
 
 
-# Generation settings that change nothing here, or that this module applies itself.
-HANDLED = {
+# Generation settings that change nothing here or that this module applies (see the docstring).
+APPLIED = {
     "num_beams",
     "length_penalty",
     "early_stopping",
     "max_length",
     "max_new_tokens",
+    "min_length",
+    "min_new_tokens",
     "num_return_sequences",
     "do_sample",
+    "temperature",
+    "top_k",
+    "top_p",
     "bad_words_ids",
+    "no_repeat_ngram_size",
+    "repetition_penalty",
+    "suppress_tokens",
+    "forced_bos_token_id",
+    "forced_eos_token_id",
+    "renormalize_logits",
     "bos_token_id",
     "eos_token_id",
     "pad_token_id",
@@ -41,47 +72,53 @@ HANDLED = {
     "output_hidden_states",
     "transformers_version",
     FIELD,
-    # Sampling settings, unused without do_sample.
-    "temperature",
-    "top_k",
-    "top_p",
-    "min_p",
-    "typical_p",
 }
-_NEG = -1.0e9  # transformers' mask value in beam search, kept for the same arithmetic
+_NEG = -1.0e9  # the score of a candidate that may not be chosen: finite, so sums of such scores stay ordered
 
 
-def supported(model, generation_config: GenerationConfig) -> bool:
-    """Whether `decode` gives what `generate()` gives for this model and config."""
-    differing = set(generation_config.to_diff_dict()) - HANDLED
-    bans = generation_config.bad_words_ids or []
-    return (
-        model.config.is_encoder_decoder
-        and generation_config.decoder_start_token_id is not None
-        and not generation_config.do_sample
-        and not differing
-        and all(len(ids) == 1 for ids in bans)
+def check_settings(model, generation_config: GenerationConfig) -> None:
+    """Refuse, before any input is read, what this search cannot do for `model` with `generation_config`."""
+    if not model.config.is_encoder_decoder:
+        raise InputError(f"translate needs an encoder-decoder model, got a {type(model).__name__}.")
+    if generation_config.decoder_start_token_id is None:
+        raise InputError("The model's generation config has no decoder_start_token_id: the decoder cannot start.")
+    unsupported = sorted(
+        name for name in generation_config.to_diff_dict() if name not in APPLIED | {"_from_model_config"}
     )
+    if unsupported:
+        raise InputError(
+            f"The generation settings {unsupported} (from the model's generation_config.json or the options) are not "
+            f"applied by translate's search, which applies {sorted(APPLIED - {FIELD, 'transformers_version'})}."
+        )
 
 
 @torch.inference_mode()
-def decode(model, input_ids, attention_mask, limits: list[int], generation_config: GenerationConfig, nbest: int):
+def decode(
+    model,
+    input_ids,
+    attention_mask,
+    limits: list[int],
+    generation_config: GenerationConfig,
+    nbest: int,
+    seed: int = 0,
+):
     """Per source row, its `nbest` hypotheses as (generated ids, their log-probabilities), best first, the end token
     included where the model ended them; sentence i stops after `limits[i]` new tokens."""
-    device = input_ids.device
+    config, device = generation_config, input_ids.device
     search = _Search(
         model,
         model.get_encoder()(input_ids=input_ids, attention_mask=attention_mask, return_dict=True),
         attention_mask,
-        generation_config.num_beams or 1,
-        [ids[0] for ids in generation_config.bad_words_ids or []],
+        1 if config.do_sample else config.num_beams or 1,
+        config,
     )
-    eos = torch.tensor(_ids(generation_config.eos_token_id), device=device)
+    eos = torch.tensor(_ids(config.eos_token_id), device=device)
     limits = torch.tensor(limits, device=device)
-    start = torch.full((input_ids.shape[0],), generation_config.decoder_start_token_id, device=device)
+    start = torch.full((input_ids.shape[0],), config.decoder_start_token_id, device=device)
     if search.num_beams == 1:
-        return _greedy(search, start, eos, limits)
-    return _beam_search(search, start, eos, limits, generation_config, nbest)
+        generator = torch.Generator(device).manual_seed(seed) if config.do_sample else None
+        return _greedy_or_sample(search, start, eos, limits, config, generator)
+    return _beam_search(search, start, eos, limits, config, nbest)
 
 
 def _ids(value) -> list[int]:
@@ -94,16 +131,29 @@ def _rows(outputs, select):
 
 
 class _Search:
-    """The sentences still decoding: their encoder output, source masks and key/value cache, num_beams rows each.
+    """The sentences still decoding: their encoder output, source masks and key/value cache, num_beams rows each, and
+    the logits processors of the generation config.
 
     The encoder output is kept as the encoder returned it (for this package's model it also carries what the decoder
     needs of the source mask, found once), its tensors cut to the rows still decoding."""
 
-    def __init__(self, model, encoder_outputs, attention_mask, num_beams: int, banned: list[int]):
-        self.model, self.num_beams, self.banned, self.cache = model, num_beams, banned, None
+    def __init__(self, model, encoder_outputs, attention_mask, num_beams: int, config: GenerationConfig):
+        self.model, self.num_beams, self.config, self.cache = model, num_beams, config, None
         self.encoder_outputs = _rows(encoder_outputs, lambda tensor: tensor.repeat_interleave(num_beams, dim=0))
         self.attention_mask = attention_mask.repeat_interleave(num_beams, dim=0)
         self.sentences = torch.arange(attention_mask.shape[0], device=attention_mask.device)  # their input rows
+        eos = _ids(config.eos_token_id)
+        self.eos = eos
+        self.processors = LogitsProcessorList()
+        if config.bad_words_ids:
+            self.processors.append(NoBadWordsLogitsProcessor(config.bad_words_ids, eos))
+        if config.no_repeat_ngram_size:
+            self.processors.append(NoRepeatNGramLogitsProcessor(config.no_repeat_ngram_size))
+        if config.repetition_penalty is not None and config.repetition_penalty != 1.0:
+            self.processors.append(RepetitionPenaltyLogitsProcessor(config.repetition_penalty))
+        if config.suppress_tokens:
+            self.processors.append(SuppressTokensLogitsProcessor(config.suppress_tokens, device=attention_mask.device))
+        self.min_new_tokens = config.min_new_tokens or max((config.min_length or 0) - 1, 0)
 
     def logits(self, tokens: torch.Tensor) -> torch.Tensor:
         """(rows, vocab) float32 logits of the next token after `tokens` (rows,)."""
@@ -111,17 +161,24 @@ class _Search:
             encoder_outputs=self.encoder_outputs,
             attention_mask=self.attention_mask,
             decoder_input_ids=tokens[:, None],
-            past_key_values=self.cache,
             use_cache=True,
             return_dict=True,
+            **{CACHE_NAME: self.cache},
         )
-        self.cache = outputs.past_key_values
+        self.cache = outputs[CACHE_NAME]
         return outputs.logits[:, -1, :].to(dtype=torch.float32)
 
-    def ban(self, scores: torch.Tensor) -> torch.Tensor:
-        if self.banned:
-            scores[:, self.banned] = -float("inf")
-        return scores
+    def process(self, sequences: torch.Tensor, scores: torch.Tensor, step: int, at_limit: torch.Tensor):
+        """The scores of the next token after `sequences` (rows, decoder start + `step` tokens), processed; rows
+        `at_limit` take their last token."""
+        scores = self.processors(sequences, scores)
+        if step < self.min_new_tokens and self.eos:
+            scores[:, self.eos] = -float("inf")
+        if step == 0 and self.config.forced_bos_token_id is not None:
+            scores = _force(scores, torch.ones_like(at_limit), self.config.forced_bos_token_id)
+        if self.config.forced_eos_token_id is not None:
+            scores = _force(scores, at_limit, _ids(self.config.forced_eos_token_id))
+        return scores.log_softmax(-1) if self.config.renormalize_logits else scores
 
     def keep(self, sentences: torch.Tensor) -> torch.Tensor:
         """Go on with these sentences (indices into the current ones) only; returns them for indexing other state."""
@@ -132,48 +189,71 @@ class _Search:
         self.sentences = self.sentences[sentences]
         return sentences
 
+    def follow(self, rows: torch.Tensor) -> None:
+        """Beam search's new rows: each the continuation of row `rows[i]`. The beams of one sentence share its
+        cross-attention keys and values, so only the self-attention cache follows them."""
+        getattr(self.cache, "self_attention_cache", self.cache).reorder_cache(rows)
 
-def _greedy(search: _Search, tokens, eos, limits):
-    b, device = tokens.shape[0], tokens.device
-    generated = torch.zeros((b, int(limits.max())), dtype=torch.long, device=device)
-    generated_scores = torch.zeros(generated.shape, device=device)
+
+def _force(scores: torch.Tensor, rows: torch.Tensor, token_ids) -> torch.Tensor:
+    """`scores` where `rows` (bool) may only take one of `token_ids`."""
+    forced = torch.full_like(scores, -float("inf"))
+    forced[:, token_ids] = 0.0
+    return torch.where(rows[:, None], forced, scores)
+
+
+def _sample(logits: torch.Tensor, config: GenerationConfig, generator: torch.Generator) -> torch.Tensor:
+    """One token per row, drawn from `logits` / temperature, within the top_k and the top_p nucleus."""
+    logits = logits / (config.temperature or 1.0)
+    if config.top_k:
+        kth = logits.topk(min(config.top_k, logits.shape[-1]), dim=-1).values[:, -1:]
+        logits = logits.masked_fill(logits < kth, -float("inf"))
+    if config.top_p is not None and config.top_p < 1.0:
+        sorted_logits, order = logits.sort(dim=-1)
+        drop = sorted_logits.softmax(-1).cumsum(-1) <= 1 - config.top_p  # the least likely tokens outside the nucleus
+        drop[:, -1] = False  # the most likely token always stays
+        logits = logits.masked_fill(drop.scatter(1, order, drop), -float("inf"))
+    return torch.multinomial(logits.softmax(-1), 1, generator=generator).squeeze(1)
+
+
+def _greedy_or_sample(search: _Search, start, eos, limits, config: GenerationConfig, generator):
+    b, device = start.shape[0], start.device
+    sequences = torch.zeros((b, int(limits.max()) + 1), dtype=torch.long, device=device)
+    sequences[:, 0] = start
+    token_scores = torch.zeros((b, int(limits.max())), device=device)
     results = [None] * b
-    step = 0
+    tokens, step = start, 0
     while b:
-        logits = search.ban(search.logits(tokens))
-        tokens = logits.argmax(-1)  # generate()'s greedy choice, on the processed logits
-        generated[:, step] = tokens
-        generated_scores[:, step] = logits.log_softmax(-1).gather(1, tokens[:, None]).squeeze(1)
+        logits = search.process(sequences[:, : step + 1], search.logits(tokens), step, step + 1 >= limits)
+        log_probs = logits.log_softmax(-1)
+        tokens = _sample(logits, config, generator) if generator is not None else logits.argmax(-1)
         step += 1
-        done = torch.isin(tokens, eos) | (step >= limits)  # the stopping criteria
+        sequences[:, step] = tokens
+        token_scores[:, step - 1] = log_probs.gather(1, tokens[:, None]).squeeze(1)
+        done = torch.isin(tokens, eos) | (step >= limits)
         if done.any():
             sentences = search.sentences.tolist()
             for i in done.nonzero().squeeze(1).tolist():
-                results[sentences[i]] = [(generated[i, :step].tolist(), generated_scores[i, :step].tolist())]
+                results[sentences[i]] = [(sequences[i, 1 : step + 1].tolist(), token_scores[i, :step].tolist())]
             keep = search.keep((~done).nonzero().squeeze(1))
-            tokens, limits, generated, generated_scores = (
-                tokens[keep],
-                limits[keep],
-                generated[keep],
-                generated_scores[keep],
-            )
+            tokens, limits, sequences, token_scores = tokens[keep], limits[keep], sequences[keep], token_scores[keep]
             b = keep.numel()
     return results
 
 
 def _beam_search(search: _Search, start, eos, limits, config: GenerationConfig, nbest: int):
-    """transformers' beam search (5.x `GenerationMixin._beam_search` and its helpers), with finished sentences
-    leaving the batch. Shapes: b sentences still decoding, k beams, K candidates kept per step, T positions."""
+    """Beam search as the module's docstring ranks it. Shapes: b sentences still decoding, k beams, K candidates kept
+    per step, T positions (the decoder start token and the longest limit)."""
     b, k, device = start.shape[0], search.num_beams, start.device
-    K = max(2, 1 + eos.numel()) * k
+    K = max(2, 1 + eos.numel()) * k  # enough candidates that k go on even if every end token is among them
     length_penalty = 1.0 if config.length_penalty is None else config.length_penalty
     early_stopping = config.early_stopping
-    T = int(limits.max()) + 1  # generate()'s max_length: the decoder start token and the longest limit
-    top_k_mask = torch.arange(K, device=device) < k  # only the k best candidates may finish
+    T = int(limits.max()) + 1
+    may_finish = torch.arange(K, device=device) < k  # only the k best candidates may finish
     running = torch.zeros((b, k, T), dtype=torch.long, device=device)
     running[:, :, 0] = start[:, None]
     running_scores = torch.zeros((b, k), device=device)
-    running_scores[:, 1:] = _NEG
+    running_scores[:, 1:] = _NEG  # the k beams start as one hypothesis
     running_token_scores = torch.zeros((b, k, T - 1), device=device)
     finished, finished_token_scores = running.clone(), running_token_scores.clone()
     finished_scores = torch.full((b, k), _NEG, device=device)
@@ -181,29 +261,31 @@ def _beam_search(search: _Search, start, eos, limits, config: GenerationConfig, 
     is_finished = torch.zeros((b, k), dtype=torch.bool, device=device)
     can_improve = torch.ones((b, 1), dtype=torch.bool, device=device)
     results = [None] * b
-    length = 1  # tokens so far, the decoder start token included (generate()'s cur_len)
+    length = 1  # tokens so far, the decoder start token included
     while b:
-        log_probs = search.ban(search.logits(running[:, :, length - 1].reshape(-1)).log_softmax(-1))  # (b*k, V)
+        log_probs = search.logits(running[:, :, length - 1].reshape(-1)).log_softmax(-1)  # (b*k, V)
+        at_limit = (length >= limits).repeat_interleave(k)
+        log_probs = search.process(running[:, :, :length].reshape(b * k, length), log_probs, length - 1, at_limit)
         vocab = log_probs.shape[-1]
-        log_probs = log_probs.view(b, k * vocab)
+        log_probs = log_probs.reshape(b, k * vocab)
         top_scores, top_indices = torch.topk((log_probs.view(b, k, vocab) + running_scores[:, :, None]).view(b, -1), K)
         beams = top_indices // vocab  # (b, K)
         candidates = torch.take_along_dim(running, beams[:, :, None], dim=1)
         candidates[:, :, length] = top_indices % vocab
         candidate_token_scores = torch.take_along_dim(running_token_scores, beams[:, :, None], dim=1)
         candidate_token_scores[:, :, length - 1] = log_probs.gather(1, top_indices)
-        hits = torch.isin(candidates[:, :, length], eos) | (length >= limits[:, None])  # the stopping criteria
+        ends = torch.isin(candidates[:, :, length], eos) | (length >= limits[:, None])
 
         # The k best candidates that go on.
-        running_candidate_scores = top_scores + hits.to(torch.float32) * _NEG
+        running_candidate_scores = top_scores + ends.to(torch.float32) * _NEG
         following = torch.topk(running_candidate_scores, k=k)[1]
         running = torch.take_along_dim(candidates, following[:, :, None], dim=1)
         running_scores = torch.take_along_dim(running_candidate_scores, following, dim=1)
         running_token_scores = torch.take_along_dim(candidate_token_scores, following[:, :, None], dim=1)
         rows = torch.take_along_dim(beams, following, dim=1) + torch.arange(b, device=device)[:, None] * k
 
-        # The k best finished hypotheses.
-        just_finished = hits & top_k_mask[None, :]
+        # The k best finished hypotheses, ranked by score / length ** length_penalty.
+        just_finished = ends & may_finish[None, :]
         scores = top_scores / (length**length_penalty)
         scores += (is_finished.all(-1, keepdim=True) & (early_stopping is True)).to(torch.float32) * _NEG
         scores += (~can_improve).to(torch.float32) * _NEG
@@ -218,15 +300,15 @@ def _beam_search(search: _Search, start, eos, limits, config: GenerationConfig, 
         finished_lengths = torch.take_along_dim(torch.cat((finished_lengths, lengths), dim=1), best, dim=1)
         is_finished = torch.take_along_dim(torch.cat((is_finished, just_finished), dim=1), best, dim=1)
 
-        search.cache.reorder_cache(rows.view(-1))
+        search.follow(rows.view(-1))
         length += 1
-        hypothetical = T - 1 if early_stopping == "never" and length_penalty > 0.0 else length - 1
-        best_running = running_scores[:, :1] / (hypothetical**length_penalty)
+        # Whether the best live hypothesis could still beat the worst finished one.
+        reachable = T - 1 if early_stopping == "never" and length_penalty > 0.0 else length - 1
+        best_running = running_scores[:, :1] / (reachable**length_penalty)
         worst_finished = torch.where(is_finished, finished_scores.min(dim=1, keepdim=True)[0], _NEG)
         can_improve = can_improve & (best_running > worst_finished).any(-1, keepdim=True)
 
-        # A sentence that can take no other finished hypothesis is done: generate() would not change it again.
-        done = ~can_improve[:, 0] | (is_finished.all(-1) & (early_stopping is True)) | hits.all()
+        done = ~can_improve[:, 0] | (is_finished.all(-1) & (early_stopping is True)) | ends.all()
         if done.any():
             sentences = search.sentences.tolist()
             for i in done.nonzero().squeeze(1).tolist():

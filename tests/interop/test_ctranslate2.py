@@ -192,16 +192,19 @@ def test_translate_options():
         translate_options(tiny_config().paper_generation_config(do_sample=True), 10)
 
 
-def test_translate_options_without_a_limit_in_the_config_carry_the_papers_rule(tmp_path):
-    """Trained folders set no length: the limit follows the batch's longest source (+ 50, within the positions), never
-    transformers' default of 20 tokens."""
+def test_translate_options_carry_the_papers_rule_within_the_configs_max_length(tmp_path):
+    """Trained folders cap the length at the model's positions (max_length): the limit follows the batch's longest
+    source (+ 50, within that cap), never transformers' default of 20 tokens; without a source length, the cap."""
     saved_model(tmp_path / "model").config.paper_generation_config().save_pretrained(tmp_path / "model")
     export = export_ctranslate2(tmp_path / "model", tmp_path / "ct2")
     config = GenerationConfig.from_pretrained(export)
-    assert config.max_length is None and config.max_new_tokens is None
+    assert config.max_length == 64 and config.max_new_tokens is None
     assert translate_options(config, 12)["max_decoding_length"] == 62
-    assert translate_options(config, 30, max_position_embeddings=64)["max_decoding_length"] == 63
+    assert translate_options(config, 30)["max_decoding_length"] == 63
+    assert translate_options(config, 30, max_position_embeddings=40)["max_decoding_length"] == 39
     assert translate_options(config, max_decoding_length=7)["max_decoding_length"] == 7
+    assert translate_options(config)["max_decoding_length"] == 63
+    config.max_length = None
     with pytest.raises(ValueError, match="pass `source_length`"):
         translate_options(config)
 

@@ -55,14 +55,6 @@ def test_saved_folder_holds_safetensors_configs_code_auto_map_and_pipeline(saved
     assert config["custom_pipelines"] == {"translation": entry}
 
 
-def test_saved_files_are_readable_by_others_as_the_umask_allows(saved_model):
-    _, path = saved_model
-    umask = os.umask(0o077)
-    os.umask(umask)
-    for name in ("model.safetensors", "config.json"):
-        assert (path / name).stat().st_mode & 0o777 == 0o666 & ~umask, name
-
-
 def test_code_files_import_only_what_transformers_brings_and_each_other(saved_model):
     """Remote code: the folder's users have transformers (with torch, safetensors and huggingface_hub) and the standard
     library."""

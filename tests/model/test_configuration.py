@@ -1,6 +1,7 @@
 """VanillaTransformerConfig: the paper's defaults, presets, validation and serialisation."""
 
 import ast
+import dataclasses
 import inspect
 
 import pytest
@@ -8,7 +9,7 @@ from huggingface_hub.errors import StrictDataclassClassValidationError, StrictDa
 from transformers import AutoConfig, MarianConfig
 
 from hf_vanilla_transformer import VanillaTransformerConfig, paper_generation_config
-from hf_vanilla_transformer.model import modeling_vanilla_transformer
+from hf_vanilla_transformer.model import input_checks, modeling_vanilla_transformer
 
 
 def test_defaults_are_the_papers_base_model():
@@ -116,8 +117,8 @@ def test_generation_settings_live_in_the_generation_config():
     generation_config = paper_generation_config(VanillaTransformerConfig(vocab_size=100), num_beams=5)
     assert generation_config.num_beams == 5 and generation_config.length_penalty == 0.6
     assert generation_config.decoder_start_token_id == 1 and generation_config.pad_token_id == 0
-    # No length limit: generate(max_new_tokens=...) and generate(max_length=...) both apply as given.
-    assert generation_config.max_length is None and generation_config.max_new_tokens is None
+    # At most the model's positions: generate(max_new_tokens=...) and generate(max_length=...) apply as given.
+    assert generation_config.max_length == 1024 and generation_config.max_new_tokens is None
 
 
 def test_the_papers_decoding_applies_to_any_seq2seq_config():
@@ -139,8 +140,10 @@ def test_every_config_field_is_used():
         "decoder_start_token_id",
         "init_std",  # PreTrainedModel._init_weights: normal(0, init_std) linear and embedding weights
     }
-    source = inspect.getsource(modeling_vanilla_transformer)
+    source = inspect.getsource(modeling_vanilla_transformer) + inspect.getsource(input_checks)
     attributes = {node.attr for node in ast.walk(ast.parse(source)) if isinstance(node, ast.Attribute)}
-    own_fields = set(VanillaTransformerConfig.__annotations__)
+    own_fields = set(VanillaTransformerConfig.__annotations__) & {
+        f.name for f in dataclasses.fields(VanillaTransformerConfig)
+    }
     unused = own_fields - attributes - read_by_transformers
     assert unused == set()

@@ -168,7 +168,7 @@ def test_the_length_limit_follows_the_source_as_in_the_paper(tokenizer, caplog):
     with caplog.at_level(logging.WARNING):
         ids = translate(source, return_tensors=True)[0]["translation_token_ids"]
     assert len(ids) == 1 + source_length + 50  # the decoder start token, then the limit
-    assert "1 of 1 translations reached the length limit (max_new_tokens=" in caplog.text
+    assert "1 of 1 translations reached the length limit (max_length=" in caplog.text
     ids = translate(source, return_tensors=True, max_len_a=0, max_len_b=3)[0]["translation_token_ids"]
     assert len(ids) == 1 + 3
     caplog.clear()
@@ -178,13 +178,15 @@ def test_the_length_limit_follows_the_source_as_in_the_paper(tokenizer, caplog):
 
 
 def test_given_lengths_apply_without_warnings_about_max_length(tokenizer, recwarn, caplog):
+    """The generation config's max_length (the model's positions) gives way to a length the call gives, without the
+    warning generate() prints when it is given max_new_tokens beside a configured max_length (as for MarianMTModel)."""
     model = make_model(tokenizer)
     model.generation_config = hf_vanilla_transformer.paper_generation_config(model.config)
     translate = pipeline("translation", model=model, tokenizer=tokenizer)
     with caplog.at_level(logging.WARNING):
         assert len(translate(SOURCES[0], max_new_tokens=3, return_tensors=True)[0]["translation_token_ids"]) <= 4
         assert len(translate(SOURCES[0], max_length=5, return_tensors=True)[0]["translation_token_ids"]) <= 5
-        model.generate(**tokenizer(SOURCES[0], return_tensors="pt"), max_new_tokens=3)
+        assert model.generate(**tokenizer(SOURCES[0], return_tensors="pt"), max_length=4).shape[1] <= 4
     assert "seem to have been set" not in caplog.text and not [w for w in recwarn if "max_length" in str(w.message)]
 
 

@@ -73,8 +73,14 @@ def test_training_overfits_a_few_pairs_and_the_folder_is_ready_to_share(pairs_fi
     } <= files
     generation_config = json.loads((out / "generation_config.json").read_text())
     assert (generation_config["num_beams"], generation_config["length_penalty"]) == (4, 0.6)
-    # No fixed length (evaluation must not leave transformers' max_length=20 there): limits follow the source.
-    assert "max_length" not in generation_config and "max_new_tokens" not in generation_config
+    # The model's positions (evaluation must not leave transformers' max_length=20 there); limits follow the source
+    # in translate and the pipeline.
+    assert generation_config["max_length"] == 256 and "max_new_tokens" not in generation_config
+    # safetensors writes its files readable by their owner only; the command gives them the umask's modes.
+    umask = os.umask(0o077)
+    os.umask(umask)
+    for path in [out / "model.safetensors", *out.glob("checkpoint-*/model.safetensors")]:
+        assert path.stat().st_mode & 0o777 == 0o666 & ~umask, path
 
     tokenizer = AutoTokenizer.from_pretrained(out)
     model = AutoModelForSeq2SeqLM.from_pretrained(out).eval()

@@ -208,12 +208,13 @@ def test_each_sentence_gets_its_own_length_limit_and_hitting_it_is_reported(
     with pytest.raises(ValueError, match="at least 1"):
         Translator(translator.backend, max_len_a=0.0, max_len_b=0).limit(5)
     assert (translator.max_len_a, translator.max_len_b) == (0.8, 1)
-    model_limit = Translator(translator.backend)  # the model's generation config says max_length=24
-    assert (model_limit.max_len_a, model_limit.max_len_b) == (0.0, 23)
+    model_limit = Translator(translator.backend)  # the model's generation config caps at max_length=24
+    assert (model_limit.max_len_a, model_limit.max_len_b) == (1.0, 50)
+    assert model_limit.limit(4) == 23
     assert Translator(translator.backend, max_len_b=5).max_len_a == 0.0
 
 
-def test_a_model_without_a_length_limit_gets_the_source_length_plus_50_as_generate(model_and_tokenizer):
+def test_a_model_without_a_length_limit_gets_the_source_length_plus_50_as_the_pipeline(model_and_tokenizer):
     model, tokenizer = model_and_tokenizer
     unlimited = copy.deepcopy(model)
     unlimited.generation_config.max_length = None
