@@ -1,9 +1,9 @@
 """What a GPU machine has for the GPU acceptance run, and the wheels of what it lacks.
 
     python -m scripts.gpu_environment                        # this machine, as JSON: GPU, CUDA, torch, the packages
-    python -m scripts.gpu_environment --download_wheels .whl # wheels of PACKAGES for a machine with Python 3.12
+    python -m scripts.gpu_environment --download_wheels .whl [--python_version 3.12]  # wheels of PACKAGES
 
-A GPU machine lent to the project (docs/gpu.md) runs its own Python with its own packages, and cannot download: the
+A GPU machine without network access (docs/gpu.md) runs its own Python with its own packages and cannot download: the
 packages it lacks, or has too old, travel as wheels at the versions installed here, so that it runs what the test
 suite runs. `--download_wheels` also writes the commit of this checkout to FOLDER/COMMIT, since the copy of the
 repository sent to such a machine has no git history.
@@ -20,8 +20,9 @@ import sys
 from pathlib import Path
 
 
-# The modules the run imports (distribution name -> module name), and those a GPU machine's image was seen to lack or
-# to have too old (device README: transformers 5.17, no datasets, evaluate, dill, multiprocess or ctranslate2).
+# The modules the run imports (distribution name -> module name), and those a GPU machine's Python commonly lacks
+# (CUDA images with PyTorch preinstalled: datasets, evaluate, dill, multiprocess, ctranslate2) or has in an older
+# release than the test suite runs (transformers).
 MODULES = {
     "torch": "torch",
     "transformers": "transformers",
@@ -40,7 +41,7 @@ MODULES = {
 }
 PACKAGES = ["transformers", "datasets", "evaluate", "dill", "multiprocess"]
 OPTIONAL_PACKAGES = ["ctranslate2"]  # 43 MB, and its CUDA build needs CUDA 12's cuBLAS (libcublas.so.12)
-# The device README's command for wheels that install on the GPU machine's Python 3.12.
+# pip's platform tags for wheels that install on any x86-64 Linux with glibc 2.17 or newer.
 PLATFORMS = ["manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64"]
 PLATFORMS += ["manylinux1_x86_64"]
 
@@ -121,14 +122,24 @@ def commit(root: Path, wheels: Path | None = None) -> str:
     return "unknown"
 
 
-def download_wheels(folder: Path, optional: bool) -> list[Path]:
-    """Wheels of PACKAGES (and OPTIONAL_PACKAGES) at this environment's versions, for CPython 3.12 on x86-64 Linux."""
+def download_wheels(folder: Path, optional: bool, python_version: str = "3.12") -> list[Path]:
+    """Wheels of PACKAGES (and OPTIONAL_PACKAGES) at this environment's versions, for CPython `python_version` on
+    x86-64 Linux."""
     folder.mkdir(parents=True, exist_ok=True)
     names = PACKAGES + (OPTIONAL_PACKAGES if optional else [])
     pins = [f"{name}=={importlib.metadata.version(name)}" for name in names]
     platforms = [option for name in PLATFORMS for option in ("--platform", name)]
     subprocess.run(
-        [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--python-version", "3.12"]
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--no-deps",
+            "--only-binary=:all:",
+            "--python-version",
+            python_version,
+        ]
         + ["--implementation", "cp", *platforms, "-d", str(folder), *pins],
         check=True,
     )
@@ -142,11 +153,12 @@ def main(argv=None) -> None:
     parser.add_argument(
         "--ctranslate2", action="store_true", help="with --download_wheels: also CTranslate2 (43 MB; CUDA 12 only)"
     )
+    parser.add_argument("--python_version", default="3.12", help="with --download_wheels: the GPU machine's Python")
     args = parser.parse_args(argv)
     if args.download_wheels is None:
         print(json.dumps(describe(), indent=2))
         return
-    wheels = download_wheels(args.download_wheels, args.ctranslate2)
+    wheels = download_wheels(args.download_wheels, args.ctranslate2, args.python_version)
     size = sum(w.stat().st_size for w in wheels) / 2**20
     print(f"{len(wheels)} wheels, {size:.0f} MiB, in {args.download_wheels}:")
     for wheel in wheels:

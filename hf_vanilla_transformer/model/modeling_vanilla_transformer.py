@@ -491,6 +491,10 @@ class VanillaTransformerModel(VanillaTransformerPreTrainedModel):
             self.shared = nn.Embedding(config.vocab_size, config.d_model, config.pad_token_id)
         self.encoder = VanillaTransformerEncoder(config)
         self.decoder = VanillaTransformerDecoder(config)
+        if self.shared is not None:
+            # One module, not three sharing a weight: sharding frameworks (FSDP) group parameters by module, and a
+            # weight reached through a module that never runs forward is gathered too late.
+            self.encoder.embed_tokens = self.decoder.embed_tokens = self.shared
         self.post_init()
 
     def get_input_embeddings(self) -> nn.Embedding:

@@ -133,10 +133,15 @@ def load_torch_backend(
     model = model.to(device, DTYPES[dtype]).eval()
     if int8:
         # A copy with every nn.Linear (the tied lm_head too, as its own int8 copy) holding int8 weights and
-        # quantizing its input on the fly; embeddings, LayerNorms and the attention products stay float32. torch 2.13
-        # deprecates these quantized tensors in favour of torchao, and warns; they still work.
+        # quantizing its input on the fly; embeddings, LayerNorms and the attention products stay float32. torch
+        # deprecates torch.ao.quantization in favour of torchao, whose CPU int8 path is not faster without compiling;
+        # quantize_dynamic still works (tests/model/test_transformers_contract.py says the day it is gone), so its
+        # warnings are acknowledged here, once.
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=".*quantized tensor creation functions", category=UserWarning)
+            warnings.filterwarnings(
+                "ignore", message="torch.ao.quantization is deprecated", category=DeprecationWarning
+            )
             model = torch.ao.quantization.quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8)
     return TorchBackend(model, tokenizer, generation_settings(model.generation_config, overrides, nbest), nbest)
 

@@ -1,6 +1,10 @@
 """The architecture: positional encoding, layer parity with torch.nn, masks, attention backends, loss, outputs."""
 
 import math
+import os
+import socket
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -14,7 +18,7 @@ from hf_vanilla_transformer.model.modeling_vanilla_transformer import (
     VanillaTransformerEncoderLayer,
     VanillaTransformerSinusoidalPositionalEncoding,
 )
-from tests.helpers import HOST_READS_PER_TRAINING_STEP, random_batch, tiny_config
+from tests.helpers import HOST_READS_PER_TRAINING_STEP, ROOT, random_batch, tiny_config
 
 
 def make_model(attn_implementation="eager", **overrides):
@@ -562,3 +566,41 @@ def test_a_training_step_reads_back_only_which_tokens_are_real(decoder_mask, mon
     with HostReads() as reads:  # evaluation without masks: nothing to find out
         model.eval()(input_ids=input_ids, labels=labels)
     assert reads.calls == []
+
+
+FSDP_SCRIPT = """
+import os, torch, torch.distributed as dist
+from torch.distributed.fsdp import fully_shard
+from hf_vanilla_transformer import VanillaTransformerForConditionalGeneration
+from tests.helpers import random_batch, tiny_config
+os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=os.environ["PORT"])
+dist.init_process_group("gloo", rank=0, world_size=1)
+torch.manual_seed(0)
+model = VanillaTransformerForConditionalGeneration(tiny_config(dropout=0.0))
+input_ids, attention_mask, labels = random_batch()
+expected = model(input_ids=input_ids, attention_mask=attention_mask, labels=labels).loss.item()
+for module in list(model.modules()):  # accelerate's FSDP2 grouping: the layers, then the tied embeddings, then the rest
+    if type(module).__name__.endswith("Layer"):
+        fully_shard(module)
+fully_shard([model.get_input_embeddings(), model.get_output_embeddings()], reshard_after_forward=False)
+fully_shard(model)
+loss = model(input_ids=input_ids, attention_mask=attention_mask, labels=labels).loss
+loss.backward()
+assert abs(loss.item() - expected) < 1e-5, (loss.item(), expected)
+assert model.model.encoder.embed_tokens.weight is model.lm_head.weight
+print(sum(p.numel() for p in model.parameters()))
+"""
+
+
+def test_fsdp2_shards_the_tied_embeddings_as_one_weight():
+    """accelerate's FSDP2 puts the input and output embeddings in one group: the encoder's and decoder's embeddings must
+    be that module, or their shared weight sits in two groups (an error, or silently untied weights)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = str(s.getsockname()[1])
+    done = subprocess.run(
+        [sys.executable, "-c", FSDP_SCRIPT], cwd=ROOT, env={**os.environ, "PORT": port}, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    expected = sum(p.numel() for p in make_model(dropout=0.0).parameters())
+    assert int(done.stdout.split()[-1]) == expected

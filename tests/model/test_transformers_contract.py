@@ -106,6 +106,13 @@ def test_the_resizing_helper_marian_uses_exists():
     )
 
 
+def test_the_int8_engine_torch_deprecates_still_exists():
+    assert callable(getattr(torch.ao.quantization, "quantize_dynamic", None)), (
+        "torch removed torch.ao.quantization.quantize_dynamic: move `translate --int8` (translate/backends.py) to "
+        "torchao's int8 dynamic quantization."
+    )
+
+
 OTHER_MODEL = textwrap.dedent(
     """
     import sys, torch

@@ -175,7 +175,7 @@ def test_the_dry_run_runs_every_part_on_the_cpu_and_writes_the_results(tmp_path)
     summary = (out / "gpu_acceptance.md").read_text()
     for heading in ("## Parts", "## CUDA tests", "## Benchmark", "## Training"):
         assert heading in summary
-    assert summary in proc.stdout  # the end of the output is what the device tool shows
+    assert summary in proc.stdout  # the end of the output is what a job's log shows last
 
 
 @pytest.mark.slow
@@ -190,7 +190,7 @@ def test_a_run_stopped_from_outside_ends_its_running_part_and_keeps_the_results(
         time.sleep(0.2)
     assert benchmarks(tmp_path)
     assert json.loads(results.read_text())["parts"][-1]["status"] == "running"
-    orchestrator.terminate()  # as the device tool does at its time limit
+    orchestrator.terminate()  # as a job scheduler does at its time limit
     assert orchestrator.wait(timeout=60) == 128 + 15
     saved = json.loads(results.read_text())
     assert saved["interrupted"] == "SIGTERM"

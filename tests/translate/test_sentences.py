@@ -90,7 +90,7 @@ def _cases():
             yield pytest.param(language, text, expected, id=f"{rule}-{language}-{text[:20]}")
 
 
-@pytest.mark.parametrize("language, text, expected", _cases())
+@pytest.mark.parametrize("language, text, expected", list(_cases()))
 def test_sentence_rules(language, text, expected):
     sentences = split_sentences(text, language)
     if isinstance(expected, int):
