@@ -96,7 +96,8 @@ def main(argv=None):
                     seconds[(task, name)].append(time.perf_counter() - start)
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
     print(
-        f"{args.before} -> {commit} (working tree), {args.size}, float32, {args.threads} threads, {args.repeats} repeats"
+        f"{args.before} -> {commit} (working tree), {args.size}, float32, {args.threads} threads, "
+        f"{args.repeats} repeats"
     )
     print(f"beam-4 outputs identical: {identical}")
     for task in tasks:

@@ -1,4 +1,5 @@
-"""The building blocks of `python -m scripts.benchmark` on the "tiny" size, and the CLI end to end. Behaviour only, no timings."""
+"""The building blocks of `python -m scripts.benchmark` on the "tiny" size, and the CLI end to end. Behaviour only, no
+timings."""
 
 import importlib.util
 import json
