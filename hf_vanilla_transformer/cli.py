@@ -13,7 +13,11 @@ from .errors import InputError
 PROG = "hf-vanilla-transformer"
 # command -> (module, function, one-line help)
 COMMANDS = {
-    "train": ("recipes.command", "main", "train a translator (with no options: the bundled demo), a language model or a classifier"),
+    "train": (
+        "recipes.command",
+        "main",
+        "train a translator (with no options: the bundled demo), a language model or a classifier",
+    ),
     "translate": ("translate.command", "main", "translate text files, line by line, with a trained model"),
     "export": ("interop.command", "export", "export a trained model to CTranslate2, MarianMTModel or ONNX, exactly"),
     "verify-export": ("interop.command", "verify", "how exactly every export reproduces a model, on a test set"),

@@ -1,5 +1,3 @@
-"""Developers' tools, run from the repository root as modules: `python -m scripts.benchmark` (speed against
-MarianMTModel, torch.nn.Transformer, CTranslate2 and ONNX Runtime), `scripts.profile_decoding` (where a decoding step
-spends its time), `scripts.benchmark_translate` (the translate command against pipeline loops), `scripts.memory_scaling`,
-and the GPU acceptance run `scripts.gpu_acceptance` (with `scripts.gpu_benchmark`, `scripts.gpu_training` and
-`scripts.gpu_environment`; docs/gpu.md). Users' workflows are sub-commands of `hf-vanilla-transformer`."""
+"""Developers' tools, run from the repository root as modules (`python -m scripts.benchmark`, ...): benchmarks,
+profiles, scaling runs and the GPU acceptance run. scripts/README.md says what each measures and how to run it; their
+figures go into dated files under docs/results/. Users' workflows are sub-commands of `hf-vanilla-transformer`."""

@@ -183,7 +183,8 @@ def format_table(summary: dict) -> str:
         for strategy, row in result["strategies"].items():
             name = f"--max_tokens {result['max_tokens']}" if strategy == "tokens" else f"64 sentences, {strategy}"
             lines.append(
-                f"| {corpus} ({result['pairs']:,} pairs) | {name} | {row['padding']:.1%} | {row['target_tokens_per_batch']:.0f} | "
+                f"| {corpus} ({result['pairs']:,} pairs) | {name} | {row['padding']:.1%} | "
+                f"{row['target_tokens_per_batch']:.0f} | "
                 f"{row['target_tokens_per_second']:,.0f} ({row['target_tokens_per_second'] / grouped:.2f}x) | "
                 f"{row['peak_memory_gb']:.2f} GB |"
             )

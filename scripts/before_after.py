@@ -4,7 +4,7 @@ the same weights, alternating within each repeat.
     python -m scripts.before_after --before ee12a84             # the benchmark's small size, float32, 2 threads
 
 The model files of `--before` are read from git into a temporary folder and imported as a separate package (they import
-only torch, transformers and each other). Both models get the weights of today's freshly built benchmark model; the
+nothing else of the package). Both models get the weights of today's freshly built benchmark model; the
 tasks are the benchmark's: one training pass over its batches (Adam with learning rate 0, so the weights stay equal),
 greedy and beam-4 generation of its 64 sources in batches of 16. Beam-4 outputs are checked identical; medians are
 reported with the ratio of the speeds (above 1: today's is faster).
@@ -96,7 +96,8 @@ def main(argv=None):
                     seconds[(task, name)].append(time.perf_counter() - start)
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
     print(
-        f"{args.before} -> {commit} (working tree), {args.size}, float32, {args.threads} threads, {args.repeats} repeats"
+        f"{args.before} -> {commit} (working tree), {args.size}, float32, {args.threads} threads, "
+        f"{args.repeats} repeats"
     )
     print(f"beam-4 outputs identical: {identical}")
     for task in tasks:

@@ -14,9 +14,9 @@ CTranslate2 runs the MarianMTModel converted by its own converter, and our model
 ("this package via CTranslate2"), same size and workload. "this package via ONNX Runtime" is our model exported by
 `export_onnx` (float32 and dynamic int8 graphs) decoded greedily by `onnx_runtime.OnnxSeq2SeqLM`.
 Every measurement runs in a fresh process, after an untimed warm-up step or batch: peak training memory is that
-process's VmHWM (on a GPU: torch.cuda.max_memory_allocated), and CTranslate2 never shares a process with torch.
-Systems alternate within each repeat (the order rotates between repeats); medians are reported. Ratios to MarianMTModel (sdpa) at
-the same precision are the result: absolute numbers move from run to run on a shared machine.
+process's VmHWM (on a GPU: torch.cuda.max_memory_allocated), and CTranslate2 never shares a process with torch. Systems
+alternate within each repeat (the order rotates between repeats); medians are reported. Ratios to MarianMTModel (sdpa)
+at the same precision are the result: absolute numbers move from run to run on a shared machine.
 
 Achieved FLOP/s are counted analytically on the real (non-padding) tokens, the same for every system, and reported as
 a fraction of a 2048x2048 matmul measured in the same run, so "% of peak" compares useful work.
@@ -179,8 +179,8 @@ def training_loss(model: nn.Module, system: str, batch: dict) -> torch.Tensor:
     """The loss each system's usual trainer computes, label smoothing 0.1 over the non-padding targets.
 
     Our model three ways: as our TranslationTrainer calls it (labels and the collator's decoder mask); as plain
-    `Seq2SeqTrainer` and `run_translation.py` do (labels only); and as a custom loop that takes logits for given decoder
-    inputs and computes the loss itself (the model sees neither labels nor target padding).
+    `Seq2SeqTrainer` and `run_translation.py` do (labels only); and as a custom loop that takes logits for given
+    decoder inputs and computes the loss itself (the model sees neither labels nor target padding).
     """
     if system == "ours-labels":
         return model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], labels=batch["labels"]).loss

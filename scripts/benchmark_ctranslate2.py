@@ -33,7 +33,7 @@ def _token_ids(tokens: list[str]) -> list[int]:
 
 
 def convert_marian(model_dir: str, output_dir: str) -> str:
-    """Convert a MarianMTModel folder (`save_pretrained`, pad 0, decoder start <s> = 1) to a float32 CTranslate2 folder.
+    """Convert a MarianMTModel folder (`save_pretrained`, pad 0, decoder start <s> = 1) to CTranslate2 in float32.
 
     Imports torch and ctranslate2 together: call it in a process that times nothing.
 

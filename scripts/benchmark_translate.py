@@ -9,7 +9,7 @@ The German side of the bundled test split, repeated to --lines lines, is transla
 (after an untimed warm-up on its first 64 lines; with --repeats, in rotating order, the median reported) with the
 model's own decoding settings (beam 4, length penalty 0.6 for this package's trained models). Systems:
 - pipeline: a plain loop over `pipeline("translation")`, 32 lines per call in file order, `batch_size=32`;
-- pipeline-marian: the same loop with the same model as a MarianMTModel (`convert_marian.to_marian`, same function);
+- pipeline-marian: the same loop with the same model as a MarianMTModel (`interop.marian.to_marian`, same function);
 - translate: `translate_file` (what the command runs), PyTorch float32, default batching, lines split into sentences;
 - translate-whole-lines: the same with `--no-split_sentences` (each line one sentence, as the pipeline takes it);
 - translate-2proc: the same in two processes of one thread each (`accelerate launch`, gloo);

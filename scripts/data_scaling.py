@@ -15,9 +15,10 @@ counts the pages of memory-mapped Arrow files read so far; the anonymous part of
 objects, numpy and Arrow buffers, tensors; not the mapped files, which the kernel can drop); and the main process's
 resident set (RSS).
 
-With `--baseline SIZE ...`, the same steps also run at those sizes as the package did before (datasets' TSV reader and a per-row map to the
-translation format, the BPE trained on a list of every sentence, the tokenizer called per batch through transformers,
-every column kept), on the same pairs written as one TSV: the ratios in the same run are the comparable figures.
+With `--baseline SIZE ...`, the same steps also run at those sizes as the package did before (datasets' TSV reader and
+a per-row map to the translation format, the BPE trained on a list of every sentence, the tokenizer called per batch
+through transformers, every column kept), on the same pairs written as one TSV: the ratios in the same run are the
+comparable figures.
 """
 
 import argparse
@@ -240,8 +241,8 @@ def scale(sizes: list[int], workdir: Path, baseline: list[int]) -> list[dict]:
 
 def format_table(rows: list[dict]) -> str:
     lines = [
-        "| pairs | read | BPE | tokenize | first step | peak PSS (anonymous): data / first step | second run: first step "
-        "| second run: peak PSS (anonymous) |",
+        "| pairs | read | BPE | tokenize | first step | peak PSS (anonymous): data / first step "
+        "| second run: first step | second run: peak PSS (anonymous) |",
         "|---|---|---|---|---|---|---|---|",
     ]
     for row in rows:

@@ -1,5 +1,6 @@
-"""The GPU acceptance run: what the package says about GPUs, checked and measured by one command of under 10 minutes on
-an H100/H200-class GPU, from a bare machine given the repository and a folder of wheels. docs/gpu.md says how to run it.
+"""The GPU acceptance run: what the package says about GPUs, checked and measured by one command of under 10
+minutes on an H100/H200-class GPU, from a bare machine given the repository and a folder of wheels. docs/gpu.md says
+how to run it.
 
     python -m scripts.gpu_acceptance --output_dir DIR [--wheels .whl] [--parts ...] [--time_limit 560] [--dry_run]
 
@@ -162,7 +163,10 @@ class Run:
         try:
             text = summary(self.results)
         except Exception:  # a bug of the summary must not lose the figures: they are in the JSON
-            text = f"# GPU acceptance run\n\nThe summary failed; the figures are in {NAME}.json.\n\n```\n{traceback.format_exc()}```\n"
+            text = (
+                f"# GPU acceptance run\n\nThe summary failed; the figures are in {NAME}.json.\n\n"
+                f"```\n{traceback.format_exc()}```\n"
+            )
         write(self.output_dir / f"{NAME}.md", text)
 
 
@@ -214,7 +218,10 @@ def environment(run: Run) -> None:
     from .gpu_environment import commit
 
     path = run.work_dir / "environment.json"
-    probe = f"import json, sys; from scripts.gpu_environment import describe; json.dump(describe(), open({str(path)!r}, 'w'))"
+    probe = (
+        "import json, sys; from scripts.gpu_environment import describe; "
+        f"json.dump(describe(), open({str(path)!r}, 'w'))"
+    )
     run.command("environment", "environment", [sys.executable, "-c", probe])
     run.results["environment"] = {**read_json(path), "commit": commit(ROOT, run.wheels)}
     run.save()
@@ -329,15 +336,17 @@ def summary(results: dict) -> str:
     smi = env.get("nvidia_smi") if isinstance(env.get("nvidia_smi"), dict) else {}
     driver = next((gpu.get("driver_version") for gpu in smi.get("gpus", [])), None)
     packages = env.get("packages", {})
+    cards = ", ".join(f"{g['name']} ({g['memory_gib']} GiB, sm {g['capability']})" for g in gpus)
     lines = [
         f"# GPU acceptance run ({results['mode']})",
         "",
-        f"- GPU: {', '.join(g['name'] + ' (' + str(g['memory_gib']) + ' GiB, sm ' + g['capability'] + ')' for g in gpus) or 'none'}"
-        f"; driver {driver or '-'}; CUDA (torch) {env.get('torch_cuda') or '-'}; cuDNN {env.get('cudnn') or '-'}",
+        f"- GPU: {cards or 'none'}; driver {driver or '-'}; CUDA (torch) {env.get('torch_cuda') or '-'}; "
+        f"cuDNN {env.get('cudnn') or '-'}",
         f"- CPU: {env.get('cpu', '-')}; Python {env.get('python', '-')}",
         "- " + ", ".join(f"{name} {version}" for name, version in packages.items()),
         f"- commit: {env.get('commit', '-')}",
-        f"- started {results['started']}; {results.get('seconds', 0):.0f} s of a {results['time_limit_s']:.0f} s limit",
+        f"- started {results['started']}; {results.get('seconds', 0):.0f} s of a "
+        f"{results['time_limit_s']:.0f} s limit",
     ]
     if env.get("import_errors"):
         lines += [f"- does not import: {name}: {error}" for name, error in env["import_errors"].items()]
@@ -413,9 +422,9 @@ def benchmark_section(data: dict) -> list[str]:
     if compiled:
         lines += [
             "",
-            f"Compiled static cache, batch {compiled.get('compiled_batch', '-')}: {compiled['greedy_tokens_per_s']:,.0f} "
-            f"greedy tok/s against {compiled['uncompiled_greedy_tokens_per_s']:,.0f} uncompiled (same bf16 weights); "
-            "compilation "
+            f"Compiled static cache, batch {compiled.get('compiled_batch', '-')}: "
+            f"{compiled['greedy_tokens_per_s']:,.0f} greedy tok/s against "
+            f"{compiled['uncompiled_greedy_tokens_per_s']:,.0f} uncompiled (same bf16 weights); compilation "
             f"{compiled['compile_seconds']:.0f} s; identical rows {compiled['identical_rows']}.",
         ]
     lines += [""] + [

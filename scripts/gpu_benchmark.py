@@ -64,7 +64,7 @@ RUNS = {  # the GPU run, and the dry run that checks the same steps on a CPU in 
         fresh=True,
         threads=os.cpu_count(),
     ),
-    # One thread: on a busy 2-core machine, a second one spin-waits and makes each step ten times slower.
+    # One thread: on a busy machine with few cores, a second one spin-waits and makes each step ten times slower.
     "dry_run": dict(
         device="cpu", size="tiny", filled_batch=16, passes=1, repeats=1, matmul=256, fresh=False, threads=1
     ),

@@ -4,11 +4,11 @@
     python -m scripts.profile_decoding                       # small and base, greedy and beam 4, batch 1 and 16
     python -m scripts.profile_decoding --sizes small --batch_sizes 16 --beams 1
 
-For each configuration and system: milliseconds per decoding step (wall clock, median of `--repeats` generations of
-30 tokens, the systems alternating after a warm-up of each), split with torch.profiler into matrix products, the attention kernel and the other tensor
-operations (self CPU time of the aten ops), the rest being Python and framework work; then the cProfile cumulative time
-of the framework pieces that run at every step (generate()'s loop and logits processors, preparing the step's inputs,
-masks, the cache, output recording, building output objects).
+For each configuration and system: milliseconds per decoding step (wall clock, median of `--repeats` generations of 30
+tokens, the systems alternating after a warm-up of each), split with torch.profiler into matrix products, the attention
+kernel and the other tensor operations (self CPU time of the aten ops), the rest being Python and framework work; then
+the cProfile cumulative time of the framework pieces that run at every step (generate()'s loop and logits processors,
+preparing the step's inputs, masks, the cache, output recording, building output objects).
 """
 
 import argparse

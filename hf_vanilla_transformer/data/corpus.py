@@ -37,8 +37,9 @@ BUNDLED_ATTRIBUTION = (
 )
 SPLITS = ("train", "validation", "test")
 LONG_PAIRS = ("skip", "truncate", "error")
-# Rows per batch of the cached maps, read and written: with datasets' 1,000-row record batches, opening a 4.5-million-pair
-# file of token ids mapped 40% of its pages into the process (the kernel maps pages around each batch's header).
+# Rows per batch of the cached maps, read and written: with datasets' 1,000-row record batches, opening a
+# 4.5-million-pair file of token ids mapped 40% of its pages into the process (the kernel maps pages around each
+# batch's header).
 BATCH = 10_000
 
 

@@ -122,8 +122,8 @@ def load_translation_model(name: str, option: str = "--model", model_class=None,
     if loading["missing_keys"]:
         missing = sorted(loading["missing_keys"])
         raise InputError(
-            f"{option} {name}: its weights lack {len(missing)} of {type(model).__name__}'s tensors ({missing[0]}, ...),"
-            f" which would translate with fresh random values; the folder holds {contents(name)}."
+            f"{option} {name}: its weights lack {len(missing)} of {type(model).__name__}'s tensors "
+            f"({missing[0]}, ...), which would translate with fresh random values; the folder holds {contents(name)}."
         )
     return model
 

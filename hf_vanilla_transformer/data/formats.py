@@ -1,7 +1,8 @@
 """The corpus files MT practitioners have, read into memory-mapped Arrow files with one `translation` column.
 
 - Aligned plain text (Moses, OPUS, WMT): `PREFIX.SRC` and `PREFIX.TGT`, one sentence per line, gzipped or not. Lines
-  end at "\\n" only, so a stray "\\r" or Unicode line separator inside a sentence cannot shift one side against the other.
+  end at "\\n" only, so a stray "\\r" or Unicode line separator inside a sentence cannot shift one side against the
+  other.
 - TSV and CSV: a first line naming the languages, or `columns` naming the columns in order for a file without one
   (manythings' `deu.txt`: `columns=["en", "de"]`; columns after the named ones, such as its attribution, are ignored).
 - JSON Lines, read by `datasets`; a line it cannot read is found by reading the file again.
@@ -72,8 +73,8 @@ def resolve_files(spec: str | list[str], languages: tuple[str, str], option: str
     if path.is_file():
         if suffix not in TABLE_FORMATS:
             raise InputError(
-                f"{path}: unsupported file type {suffix!r}. {option} reads JSON Lines (.jsonl), TSV (.tsv, or .txt with "
-                f"tabs) and CSV (.csv) files, gzipped or not, or aligned plain-text files named by their prefix: "
+                f"{path}: unsupported file type {suffix!r}. {option} reads JSON Lines (.jsonl), TSV (.tsv, or .txt "
+                f"with tabs) and CSV (.csv) files, gzipped or not, or aligned plain-text files named by their prefix: "
                 f"{option} data/train reads data/train.{languages[0]} and data/train.{languages[1]}."
             )
         return TABLE_FORMATS[suffix], [path]
@@ -88,8 +89,9 @@ def _aligned_pair(prefix: Path, languages: tuple[str, str], option: str) -> list
         found = [Path(f"{prefix}.{lang}{gz}") for gz in ("", ".gz") if Path(f"{prefix}.{lang}{gz}").is_file()]
         if not found:
             raise InputError(
-                f"Corpus file not found: {prefix}.{lang} (nor {prefix}.{lang}.gz). {option} {prefix} reads the aligned "
-                f"files {prefix}.{languages[0]} and {prefix}.{languages[1]}; or name one JSON Lines, TSV or CSV file."
+                f"Corpus file not found: {prefix}.{lang} (nor {prefix}.{lang}.gz). {option} {prefix} reads the "
+                f"aligned files {prefix}.{languages[0]} and {prefix}.{languages[1]}; or name one JSON Lines, TSV or "
+                "CSV file."
             )
         paths.append(found[0])
     return paths

@@ -2,7 +2,7 @@
 
 `attention_maps` translates a text with `generate()` and then runs one forward pass over the generated translation with
 eager attention, the only implementation that returns weights. `plot_attention` and `plot_attention_grid` draw them
-with the tokens on the axes. The Gradio demo and `scripts/plot_attention.py` use these functions.
+with the tokens on the axes. The Gradio demo and `hf-vanilla-transformer plot attention` use these functions.
 
 Shapes: L layers, h heads, s source tokens, t target tokens.
 """

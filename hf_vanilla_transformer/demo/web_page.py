@@ -1,6 +1,6 @@
 """A page that translates in the browser, with no server behind it: the ONNX export run by transformers.js.
 
-    build_web_page("outputs/demo-de-en", "site/")     # or: hf-vanilla-transformer web-page --model ... --output_dir site/
+    build_web_page("outputs/demo-de-en", "site/")  # or: hf-vanilla-transformer web-page --model ... --output_dir site/
     python -m http.server -d site/ 8000              # any static file server; then open http://127.0.0.1:8000
 
 The folder holds everything the page loads, nothing comes from a CDN or the Hub:
@@ -10,7 +10,8 @@ The folder holds everything the page loads, nothing comes from a CDN or the Hub:
     demo.json                title, examples, the sentence rules and language, the longest piece the model takes
                              and the generation length by source length
     runtime/                 transformers.js (`transformers.min.js`) and ONNX Runtime's WebAssembly files, copied from
-                             an npm install of the pinned `@huggingface/transformers` (`onnx_runtime.install_transformers_js`)
+                             an npm install of the pinned `@huggingface/transformers`
+                             (`onnx_runtime.install_transformers_js`)
     model/                   the ONNX export (`export_onnx`, Marian form): config, tokenizer, onnx/*.onnx
 
 The page has the element ids of the Gradio demo: `source`, `translate`, `target`.

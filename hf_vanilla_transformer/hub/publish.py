@@ -1,6 +1,7 @@
 """Publishing a trained folder to the Hugging Face Hub: safetensors weights, tokenizer, code files and a model card.
 
-The folder that is uploaded is built first (`stage_for_hub`), so that `--dry_run` shows exactly what would be published.
+The folder that is uploaded is built first (`stage_for_hub`), so that `--dry_run` shows exactly what would be
+published.
 """
 
 import fnmatch

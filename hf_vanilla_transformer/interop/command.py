@@ -56,8 +56,8 @@ def verify(argv: list[str], prog: str) -> int:
     parser = CommandParser(
         prog=prog,
         description="Translate a test set with a trained model and with each of its exports (MarianMTModel, "
-        "CTranslate2 float32 and int8, ONNX Runtime, transformers.js) and print, per engine and decoding, the share of "
-        "outputs token-identical to the model's and the BLEU.",
+        "CTranslate2 float32 and int8, ONNX Runtime, transformers.js) and print, per engine and decoding, the share "
+        "of outputs token-identical to the model's and the BLEU.",
     )
     parser.add_argument("--model", required=True, help="a trained model folder (model and tokenizer)")
     parser.add_argument("--test_file", help="JSON Lines / TSV / CSV pairs (default: the bundled test split)")

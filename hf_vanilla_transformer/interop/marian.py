@@ -1,15 +1,16 @@
 """Exact conversions between this package's model and transformers' `MarianMTModel`.
 
 Both are the post-norm Transformer of the paper with the same parameter names; they differ in one layout detail. Our
-sinusoidal encoding interleaves sines and cosines (dimension 2i holds sin, 2i+1 cos, section 3.5 of the paper), Marian's
-puts the d/2 sines first and the d/2 cosines after them, at the same frequencies. Reordering the model dimension of
-every weight that reads or writes the residual stream (embedding and output-projection columns, LayerNorm weights and
-biases, input columns of the query/key/value projections and of fc1, output rows and biases of out_proj and fc2) turns
-one model into the other with the same function. Attention heads and feed-forward units are left as they are.
+sinusoidal encoding interleaves sines and cosines (dimension 2i holds sin, 2i+1 cos, section 3.5 of the paper),
+Marian's puts the d/2 sines first and the d/2 cosines after them, at the same frequencies. Reordering the model
+dimension of every weight that reads or writes the residual stream (embedding and output-projection columns, LayerNorm
+weights and biases, input columns of the query/key/value projections and of fc1, output rows and biases of out_proj and
+fc2) turns one model into the other with the same function. Attention heads and feed-forward units are left as they
+are.
 
-Positions: ours count real tokens only, so a left-padded row sees the same positions as a right-padded one; Marian counts
-from 0 at the first column, padding included. With right padding, which is what tokenizers produce, the two agree; with
-left padding a converted model gives different results for the padded rows.
+Positions: ours count real tokens only, so a left-padded row sees the same positions as a right-padded one; Marian
+counts from 0 at the first column, padding included. With right padding, which is what tokenizers produce, the two
+agree; with left padding a converted model gives different results for the padded rows.
 """
 
 from pathlib import Path
@@ -62,7 +63,7 @@ def _reorder_model_dimension(state_dict: dict[str, torch.Tensor], index: torch.T
 def load_converted_weights(
     model: torch.nn.Module, state_dict: dict[str, torch.Tensor], ignored: set[str] = frozenset()
 ):
-    """Load every parameter of `model` from `state_dict`; anything missing, left over or of another shape is an error."""
+    """Load every parameter of `model` from `state_dict`; a missing, left over or misshapen one is an error."""
     expected = set(model.state_dict()) - ignored
     missing, unexpected = expected - set(state_dict), set(state_dict) - expected
     if missing or unexpected:
@@ -166,7 +167,8 @@ def _check_marian(marian: MarianMTModel):
         raise ValueError(f"Cannot convert this MarianMTModel: config.d_model={config.d_model} is odd.")
     if marian.final_logits_bias.any():
         raise ValueError(
-            "Cannot convert this MarianMTModel: its final_logits_bias is not zero, and our output projection has no bias."
+            "Cannot convert this MarianMTModel: its final_logits_bias is not zero, and our output projection has no "
+            "bias."
         )
     positions = torch.arange(config.max_position_embeddings)
     expected = VanillaTransformerSinusoidalPositionalEncoding(config.d_model)(positions)[
@@ -188,10 +190,10 @@ def _check_marian(marian: MarianMTModel):
 def from_marian(model_or_dir: MarianMTModel | str | Path) -> VanillaTransformerForConditionalGeneration:
     """A `MarianMTModel` (or a folder holding one) as our model: logits equal to float32 rounding, beams identical.
 
-    Any activation, scaled or unscaled embeddings, shared or separate encoder/decoder embedding matrices (separate ones,
-    or an output projection not tied to the embeddings, become `tie_word_embeddings=False`). Refused by name: a
-    non-zero `final_logits_bias`, learned or modified position tables, separate source and target vocabularies, and
-    the pre-norm / embedding-LayerNorm flags of older checkpoints. The generation config is carried over.
+    Any activation, scaled or unscaled embeddings, shared or separate encoder/decoder embedding matrices (separate
+    ones, or an output projection not tied to the embeddings, become `tie_word_embeddings=False`). Refused by name: a
+    non-zero `final_logits_bias`, learned or modified position tables, separate source and target vocabularies, and the
+    pre-norm / embedding-LayerNorm flags of older checkpoints. The generation config is carried over.
     """
     if isinstance(model_or_dir, (str, Path)):
         marian = MarianMTModel.from_pretrained(model_or_dir)

@@ -20,7 +20,7 @@ pre-norm included. transformers' own exporters (`transformers.exporters`) trace 
 names; a small wrapper module per graph gives both directly.
 
 `model_type` chooses the `config.json` beside the graphs. "marian" (default) writes the MarianMTModel form of the model
-(`convert_marian.export_marian`: the same function, another layout), which transformers.js, optimum and every Marian
+(`interop.marian.export_marian`: the same function, another layout), which transformers.js, optimum and every Marian
 consumer understand; pre-norm models have no Marian form and are refused. "vanilla_transformer" writes this package's
 own folder: any model, for ONNX Runtime (`onnx_runtime.OnnxSeq2SeqLM`) and this package, not for transformers.js.
 """

@@ -167,7 +167,8 @@ def from_torch_transformer(
     vocab_size = target_embedding.num_embeddings
     if output_weight.shape != (vocab_size, d_model):
         raise ValueError(
-            f"The generator must map d_model={d_model} to the {vocab_size} target tokens, got {tuple(output_weight.shape)}."
+            f"The generator must map d_model={d_model} to the {vocab_size} target tokens, "
+            f"got {tuple(output_weight.shape)}."
         )
     if embedding.num_embeddings > vocab_size:
         raise ValueError(

@@ -39,8 +39,9 @@ class VanillaTransformerConfig(PreTrainedConfig):
       demo it trains faster than tensor2tensor's Xavier-uniform layers with d_model**-0.5 embeddings.
     - `label_smoothing`: of the loss computed from `labels` (section 5.4 uses 0.1), a training setting like `dropout`
       kept here so that every trainer gets the same loss.
-    - `is_encoder_decoder=False`: the decoder stack alone, without cross-attention, for [`VanillaTransformerForCausalLM`]
-      (which also takes the encoder-decoder config); [`VanillaTransformerForSequenceClassification`] uses the encoder.
+    - `is_encoder_decoder=False`: the decoder stack alone, without cross-attention, for
+      [`VanillaTransformerForCausalLM`] (which also takes the encoder-decoder config);
+      [`VanillaTransformerForSequenceClassification`] uses the encoder.
     - `classifier_pooling`: what the classifier reads, the mean of the real tokens' final states or the first one's.
     """
 

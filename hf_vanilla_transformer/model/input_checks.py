@@ -94,7 +94,8 @@ def check_token_ids(ids: torch.Tensor, name: str, vocab_size: int, ignore_index:
 
 def check_encoder_states(config, hidden_states, encoder_hidden_states, cache) -> None:
     """The decoder's encoder states: present exactly in encoder-decoder models, with the target's batch size; their
-    cache keeps the cross-attention's keys and values apart (a plain cache would mix them with the self-attention's)."""
+    cache keeps the cross-attention's keys and values apart (a plain cache would mix them with the
+    self-attention's)."""
     if (encoder_hidden_states is None) == config.is_encoder_decoder:
         raise ValueError(
             "The decoder needs `encoder_hidden_states`: pass `input_ids` or `encoder_outputs`."

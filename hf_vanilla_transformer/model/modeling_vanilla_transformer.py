@@ -97,8 +97,8 @@ def eager_attention_forward(
 ):
     scores = torch.matmul(query, key.transpose(2, 3)) * scaling  # (b, h, t, k)
     if attention_mask is not None:
-        # Adding in float32: finfo(fp16).min plus a negative score would overflow to -inf in half precision, and a row of
-        # -inf (an all-padding sequence) softmaxes to NaN.
+        # Adding in float32: finfo(fp16).min plus a negative score would overflow to -inf in half precision, and a row
+        # of -inf (an all-padding sequence) softmaxes to NaN.
         scores = scores.float() + attention_mask
     weights = nn.functional.softmax(scores, dim=-1, dtype=torch.float32).to(query.dtype)
     weights = nn.functional.dropout(weights, p=dropout, training=module.training)
@@ -115,7 +115,8 @@ class VanillaTransformerAttention(nn.Module):
         self.head_dim = config.d_model // num_heads
         self.scaling = self.head_dim**-0.5
         self.dropout = config.attention_dropout
-        # Read by the SDPA and flash kernels when no mask is materialised: must be False for encoder and cross-attention.
+        # Read by the SDPA and flash kernels when no mask is materialised: must be False for encoder and
+        # cross-attention.
         self.is_causal = is_causal
         self.layer_idx = layer_idx
         self.q_proj = nn.Linear(config.d_model, config.d_model)
@@ -176,7 +177,8 @@ class VanillaTransformerLayer(GradientCheckpointingLayer):
         self.activation_dropout = config.activation_dropout
 
     def residual(self, layer_norm: nn.LayerNorm, hidden_states: torch.Tensor, sublayer: Callable, *args, **kwargs):
-        """Post-norm `LayerNorm(x + Dropout(Sublayer(x)))` (section 5.4), or pre-norm `x + Dropout(Sublayer(LayerNorm(x)))`."""
+        """Post-norm `LayerNorm(x + Dropout(Sublayer(x)))` (section 5.4), or pre-norm
+        `x + Dropout(Sublayer(LayerNorm(x)))`."""
         output = sublayer(layer_norm(hidden_states) if self.norm_first else hidden_states, *args, **kwargs)
         if isinstance(output, tuple):  # attention also returns its weights (recorded by `capture_outputs`)
             output = output[0]
@@ -210,7 +212,8 @@ class VanillaTransformerEncoderLayer(VanillaTransformerLayer):
 
 
 class VanillaTransformerDecoderLayer(VanillaTransformerLayer):
-    """Figure 1, right: masked self-attention, attention over the encoder output, feed-forward, each with Add & Norm."""
+    """Figure 1, right: masked self-attention, attention over the encoder output, feed-forward, each with
+    Add & Norm."""
 
     def __init__(self, config: VanillaTransformerConfig, layer_idx: int | None = None):
         super().__init__(config)
@@ -567,9 +570,9 @@ def token_cross_entropy(
 ) -> torch.Tensor:
     """Token-level cross-entropy, label smoothed by `config.label_smoothing`, over the targets that are not -100.
 
-    It is divided by `num_items_in_batch` (passed by `Trainer`: the target count of the whole accumulated batch, so that
-    gradient accumulation gives the update of one large batch), else by the batch's target count. A batch without any
-    target has loss 0, not NaN.
+    It is divided by `num_items_in_batch` (passed by `Trainer`: the target count of the whole accumulated batch, so
+    that gradient accumulation gives the update of one large batch), else by the batch's target count. A batch without
+    any target has loss 0, not NaN.
     """
     logits, labels = logits.reshape(-1, logits.shape[-1]), labels.flatten().to(logits.device)
     loss = nn.functional.cross_entropy(

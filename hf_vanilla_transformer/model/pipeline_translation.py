@@ -2,8 +2,8 @@
 # SPDX-License-Identifier: Apache-2.0
 """`pipeline("translation")` for transformers 5, which removed the built-in one, for any `AutoModelForSeq2SeqLM`.
 
-This file imports only torch and transformers: it ships as remote code next to the model code, and saved folders name it
-in `config.custom_pipelines` (`CUSTOM_PIPELINES`).
+This file imports only torch and transformers: it ships as remote code next to the model code, and saved folders name
+it in `config.custom_pipelines` (`CUSTOM_PIPELINES`).
 """
 
 import re
@@ -70,7 +70,8 @@ class TranslationPipeline(Pipeline):
         self.max_input_length = max_source_length(self.tokenizer, self.model.config)
 
     def __call__(self, inputs: str | list[str], **kwargs) -> list[dict] | list[list[dict]]:
-        """Translate `inputs`; `batch_size=`, `truncation=`, `return_tensors=` and generation arguments are accepted."""
+        """Translate `inputs`; `batch_size=`, `truncation=`, `return_tensors=` and generation
+        arguments are accepted."""
         if isinstance(inputs, list) and not inputs:
             return []
         result = super().__call__(inputs, **kwargs)
@@ -192,8 +193,8 @@ def check_tokenizer_fits_model(tokenizer, config):
     vocab_size = getattr(config, "vocab_size", None)
     if vocab_size is not None and len(tokenizer) > vocab_size:
         raise ValueError(
-            f"The tokenizer has {len(tokenizer)} tokens but the model's vocabulary has {vocab_size}: they do not belong "
-            "together. Load the tokenizer saved with the model."
+            f"The tokenizer has {len(tokenizer)} tokens but the model's vocabulary has {vocab_size}: they do not "
+            "belong together. Load the tokenizer saved with the model."
         )
     for name in ("pad_token_id", "eos_token_id"):
         ours, theirs = getattr(tokenizer, name, None), getattr(config, name, None)

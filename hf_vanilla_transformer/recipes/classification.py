@@ -190,9 +190,10 @@ def print_summary(report, examples, output_dir):
     by_language = ", ".join(f"{lang} {accuracy:.1%}" for lang, accuracy in test["accuracy_by_language"].items())
     print(
         f"\nTest set ({test['sentences']} sentences): accuracy {test['accuracy']:.1%} ({by_language}), balanced "
-        f"accuracy {test['balanced_accuracy']:.1%}; always answering 'statement': {test['majority_class_accuracy']:.1%}"
-        f"\nTrained {training['steps']} steps ({training['epochs']} epochs, {report['model']['parameters']:,} parameters) in "
-        f"{training['runtime_seconds'] / 60:.1f} min; model saved to {output_dir}\n"
+        f"accuracy {test['balanced_accuracy']:.1%}; always answering 'statement': "
+        f"{test['majority_class_accuracy']:.1%}"
+        f"\nTrained {training['steps']} steps ({training['epochs']} epochs, {report['model']['parameters']:,} "
+        f"parameters) in {training['runtime_seconds'] / 60:.1f} min; model saved to {output_dir}\n"
     )
     classify = pipeline("text-classification", model=output_dir)
     for sentence, result in zip(examples, classify(examples)):

@@ -8,8 +8,8 @@ from ..errors import InputError, OneLineErrors
 from ..model.configuration_vanilla_transformer import VanillaTransformerConfig
 
 
-# Section 5.3: Adam with beta1 = 0.9, beta2 = 0.98 and epsilon = 1e-9; the learning rate rises linearly over the warm-up
-# steps, then decays with the inverse square root of the step (transformers' `inverse_sqrt`).
+# Section 5.3: Adam with beta1 = 0.9, beta2 = 0.98 and epsilon = 1e-9; the learning rate rises linearly over the
+# warm-up steps, then decays with the inverse square root of the step (transformers' `inverse_sqrt`).
 PAPER_OPTIMIZER = dict(
     adam_beta1=0.9, adam_beta2=0.98, adam_epsilon=1e-9, weight_decay=0.0, lr_scheduler_type="inverse_sqrt"
 )

@@ -76,7 +76,8 @@ class ModelArguments:
     architecture: str = field(
         default="vanilla",
         metadata={
-            "help": "vanilla (this package) or marian (transformers' MarianMTModel, same architecture: the reference in benchmarks).",
+            "help": "vanilla (this package) or marian (transformers' MarianMTModel, same architecture: the reference "
+            "in benchmarks).",
             "choices": list(ARCHITECTURES),
         },
     )
@@ -120,7 +121,8 @@ class DataArguments:
         default=None,
         metadata={
             "help": "Your training corpus: aligned plain-text files by their prefix (data/train reads data/train.de "
-            "and data/train.en, .gz too), the two files, or one JSON Lines / TSV / CSV file. Default: the bundled demo."
+            "and data/train.en, .gz too), the two files, or one JSON Lines / TSV / CSV file. Default: the bundled "
+            "demo."
         },
     )
     validation_file: list[str] | None = field(default=None, metadata={"help": "As --train_file."})
@@ -192,8 +194,8 @@ class RecipeArguments:
     max_train_minutes: float = field(
         default=0,
         metadata={
-            "help": "Also stop training after this much wall-clock time (0: no time limit). The result then depends on "
-            "the machine's speed; --max_steps gives the same model anywhere."
+            "help": "Also stop training after this much wall-clock time (0: no time limit). The result then depends "
+            "on the machine's speed; --max_steps gives the same model anywhere."
         },
     )
     noam_learning_rate: bool = field(

@@ -26,8 +26,8 @@ class TokenBatchSampler(Sampler[list[int]]):
     in exactly one (sorting by the target first, as fairseq, leaves twice the source padding); an epoch visits
     them in an order drawn from (seed, epoch) alone. Their number is made a multiple of `batches_multiple` (processes x
     accumulation steps) by halving the batches with the most pairs, so that all processes take the same number of
-    optimizer steps and an update holds the same pairs however it is split into processes and accumulation steps.
-    Under accelerate, process `i` of `n` takes batches `i, i + n, ...` of each epoch (accelerate's `BatchSamplerShard`).
+    optimizer steps and an update holds the same pairs however it is split into processes and accumulation steps. Under
+    accelerate, process `i` of `n` takes batches `i, i + n, ...` of each epoch (accelerate's `BatchSamplerShard`).
     """
 
     batch_size = None  # batches of varying size (read by accelerate)

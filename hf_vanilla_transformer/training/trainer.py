@@ -28,8 +28,8 @@ logger = logging.get_logger(__name__)
 def noam_learning_rate(d_model: int, warmup_steps: int, scale: float = 1.0) -> float:
     """Peak of lr = d_model^-0.5 * min(step^-0.5, step * warmup^-1.5) (section 5.3).
 
-    With this peak, transformers' `inverse_sqrt` schedule (linear warm-up, then lr0 * sqrt(warmup / step)) is exactly the
-    paper's formula.
+    With this peak, transformers' `inverse_sqrt` schedule (linear warm-up, then lr0 * sqrt(warmup / step)) is exactly
+    the paper's formula.
     """
     return scale * d_model**-0.5 * warmup_steps**-0.5
 

@@ -130,9 +130,10 @@ def make_batches(lengths: list[int], max_tokens: int | None, batch_size: int | N
 def format_translation(line_id: int, translation: LineTranslation, output_format: str) -> str:
     """The output of one input line, ending with a newline.
 
-    `text`: the best translation on one line (empty for a blank line). `jsonl`: one JSON object per input line. `fairseq`:
-    fairseq-generate's layout, S-id (source), then per hypothesis H-id (score, subword tokens), D-id (score, text) and
-    P-id (the tokens' scores), scores in base 2 as fairseq prints them. Newlines inside a translation become spaces.
+    `text`: the best translation on one line (empty for a blank line). `jsonl`: one JSON object per input line.
+    `fairseq`: fairseq-generate's layout, S-id (source), then per hypothesis H-id (score, subword tokens), D-id (score,
+    text) and P-id (the tokens' scores), scores in base 2 as fairseq prints them. Newlines inside a translation become
+    spaces.
     """
     if output_format == "text":
         return (translation.hypotheses[0].text if translation.hypotheses else "").replace("\n", " ") + "\n"
@@ -194,7 +195,8 @@ def resume_point(output: Path, state_path: Path, settings: dict, resume: bool) -
     changed = sorted(k for k in set(state["settings"]) | set(settings) if state["settings"].get(k) != settings.get(k))
     if changed:
         raise InputError(
-            f"--resume: {', '.join(changed)} differ from the interrupted run's ({state_path}); rerun with its settings."
+            f"--resume: {', '.join(changed)} differ from the interrupted run's ({state_path}); "
+            "rerun with its settings."
         )
     if output.stat().st_size < state["bytes"]:
         raise InputError(f"--resume: {output} is shorter than {state_path} records; it was changed since.")

@@ -406,8 +406,9 @@ def _warn(stats: TranslationStats, translator: Translator) -> None:
     if stats.split_sentences:
         learned = "was trained on" if translator.trained_length == translator.max_source_tokens else "accepts"
         logger.warning(
-            f"{stats.split_sentences} sentence(s) were longer than the {translator.max_source_tokens} tokens the model "
-            f"{learned}: each was split at clause punctuation (or between words), translated in parts and joined."
+            f"{stats.split_sentences} sentence(s) were longer than the {translator.max_source_tokens} tokens the "
+            f"model {learned}: each was split at clause punctuation (or between words), translated in parts and "
+            "joined."
         )
     if stats.reached_length_limit:
         logger.warning(

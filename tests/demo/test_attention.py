@@ -1,4 +1,4 @@
-"""attention_maps: the weights behind the heatmaps of the Gradio demo and scripts/plot_attention.py, and the pictures."""
+"""demo/attention.py: the weights behind the Gradio demo's heatmaps and `plot attention`, and the pictures."""
 
 import pytest
 import torch

@@ -1,6 +1,6 @@
 """The Gradio demo through its API (gradio_client): translations, n-best, heatmaps, bad input, queueing, Space folder.
 
-The page itself, in a real browser, is tested in test_web_demo.py.
+The page itself, in a real browser, is tested in test_web_page.py.
 """
 
 import json

@@ -13,7 +13,8 @@ from tests.helpers import random_batch, tiny_config, tiny_tokenizer
 
 @pytest.fixture(autouse=True)
 def _one_torch_thread():
-    """Generation on a shared 2-core machine: one thread avoids OpenMP oversubscription (10x slower under load)."""
+    """Generation on one thread: tiny models gain nothing from more, and on a busy machine OpenMP threads oversubscribe
+    the cores (10x slower)."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     yield

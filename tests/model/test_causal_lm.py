@@ -1,5 +1,5 @@
-"""The decoder-only model: the decoder stack without cross-attention, KV cache, padding, sampling, loss, Trainer, saving,
-remote code, pipeline("text-generation"), and the language-modelling helpers and demo script."""
+"""The decoder-only model: the decoder stack without cross-attention, KV cache, padding, sampling, loss, Trainer,
+saving, remote code, pipeline("text-generation"), and the language-modelling recipe (`train language-modeling`)."""
 
 import json
 import textwrap
@@ -133,7 +133,7 @@ def test_later_tokens_do_not_change_earlier_logits():
     assert not torch.allclose(a[:, -1], b[:, -1])
 
 
-# --- cache, padding, logits_to_keep -----------------------------------------------------------------------------------
+# --- cache, padding, logits_to_keep ----------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("attn", ["eager", "sdpa"])
@@ -179,7 +179,7 @@ def test_logits_to_keep_returns_the_last_positions_only():
     torch.testing.assert_close(last, full[:, -2:])
 
 
-# --- generate(): greedy, sampling, cache on/off -----------------------------------------------------------------------
+# --- generate(): greedy, sampling, cache on/off ----------------------------------------------------------------------
 
 
 def test_greedy_generate_equals_a_manual_greedy_loop_without_cache():
@@ -273,7 +273,7 @@ def lm_labels(input_ids, attention_mask):
 
 
 def hand_loss(logits, labels, epsilon=0.0):
-    """Position t predicts label t + 1; -100 is ignored; label smoothing spreads epsilon uniformly over the vocabulary."""
+    """Position t predicts label t + 1; -100 is ignored; label smoothing spreads epsilon evenly over the vocabulary."""
     terms = []
     for b in range(labels.shape[0]):
         for t in range(labels.shape[1] - 1):
@@ -373,7 +373,7 @@ def test_resize_token_embeddings_updates_the_config():
     assert model(input_ids=torch.tensor([[1, 110, 119]])).logits.shape == (1, 3, 120)
 
 
-# --- saving, remote code, pipeline ------------------------------------------------------------------------------------
+# --- saving, remote code, pipeline -----------------------------------------------------------------------------------
 
 
 @pytest.fixture(scope="module")
@@ -461,7 +461,7 @@ def test_text_generation_pipeline_continues_each_prompt_like_generate(saved, tok
     assert record["generated_token_ids"][:3] == [tokenizer.bos_token_id, *tokenizer.encode("Where is")[1:]]
 
 
-# --- tokenizer and data -----------------------------------------------------------------------------------------------
+# --- tokenizer and data ----------------------------------------------------------------------------------------------
 
 
 @pytest.mark.slow
@@ -493,7 +493,7 @@ def test_training_texts_end_with_eos_and_bos_is_never_a_target(tokenizer):
         tokenize_texts(Dataset.from_dict({"text": ["x"]}), tokenizer, 8, text_column="sentence")
 
 
-# --- training ---------------------------------------------------------------------------------------------------------
+# --- training --------------------------------------------------------------------------------------------------------
 
 
 def test_trainer_learns_the_sentences_and_greedy_decoding_completes_them(tokenizer, tmp_path):
@@ -532,7 +532,7 @@ def test_trainer_learns_the_sentences_and_greedy_decoding_completes_them(tokeniz
     assert complete(model, tokenizer, ["Where", "The weather"], do_sample=False, max_new_tokens=12) == texts[:2]
 
 
-# --- transformers' conventions found by its common model tests ---------------------------------------------------------
+# --- transformers' conventions found by its common model tests -------------------------------------------------------
 
 
 def test_shift_labels_are_taken_as_already_aligned_targets():

@@ -12,7 +12,8 @@ from tests.helpers import random_batch, tiny_config
 def make_model(attn_implementation="sdpa", **overrides):
     config = tiny_config(**overrides)
     model = VanillaTransformerForConditionalGeneration._from_config(config, attn_implementation=attn_implementation)
-    # A random tiny model rarely emits EOS by chance; make the outputs of different settings comparable over full length.
+    # A random tiny model rarely emits EOS by chance; make the outputs of different settings comparable over full
+    # length.
     return model.eval()
 
 

@@ -463,7 +463,7 @@ def test_every_parameter_gets_a_gradient():
         assert [n for n, p in model.named_parameters() if p.grad is None] == []
 
 
-# --- padding is skipped, not computed ---------------------------------------------------------------------------------
+# --- padding is skipped, not computed --------------------------------------------------------------------------------
 
 
 def test_a_padded_training_batch_gives_the_gradients_of_its_rows_alone():
@@ -579,7 +579,8 @@ torch.manual_seed(0)
 model = VanillaTransformerForConditionalGeneration(tiny_config(dropout=0.0))
 input_ids, attention_mask, labels = random_batch()
 expected = model(input_ids=input_ids, attention_mask=attention_mask, labels=labels).loss.item()
-for module in list(model.modules()):  # accelerate's FSDP2 grouping: the layers, then the tied embeddings, then the rest
+# accelerate's FSDP2 grouping: the layers, then the tied embeddings, then the rest
+for module in list(model.modules()):
     if type(module).__name__.endswith("Layer"):
         fully_shard(module)
 fully_shard([model.get_input_embeddings(), model.get_output_embeddings()], reshard_after_forward=False)
@@ -593,8 +594,8 @@ print(sum(p.numel() for p in model.parameters()))
 
 
 def test_fsdp2_shards_the_tied_embeddings_as_one_weight():
-    """accelerate's FSDP2 puts the input and output embeddings in one group: the encoder's and decoder's embeddings must
-    be that module, or their shared weight sits in two groups (an error, or silently untied weights)."""
+    """accelerate's FSDP2 puts the input and output embeddings in one group: the encoder's and decoder's embeddings
+    must be that module, or their shared weight sits in two groups (an error, or silently untied weights)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = str(s.getsockname()[1])

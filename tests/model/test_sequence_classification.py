@@ -1,5 +1,5 @@
 """The encoder-only classifier: pooling, padding, transformers' num_labels / problem_type losses, Trainer fine-tuning,
-saving, remote code, pipeline("text-classification"), and the classification helpers and demo script."""
+saving, remote code, pipeline("text-classification"), and the classification recipe (`train classification`)."""
 
 import json
 import textwrap
@@ -210,7 +210,7 @@ def test_outputs_follow_transformers_conventions():
     assert model.get_input_embeddings() is model.model.embed_tokens
 
 
-# --- saving, remote code, pipeline ------------------------------------------------------------------------------------
+# --- saving, remote code, pipeline -----------------------------------------------------------------------------------
 
 
 @pytest.fixture(scope="module")
@@ -282,7 +282,7 @@ def test_remote_code_classifies_in_a_process_without_the_package(saved, tmp_path
         assert [r["score"] for r in remote_row] == pytest.approx([r["score"] for r in local_row], abs=1e-6)
 
 
-# --- the task, metrics and training -----------------------------------------------------------------------------------
+# --- the task, metrics and training ----------------------------------------------------------------------------------
 
 
 def test_questions_and_statements_lose_their_punctuation_and_keep_their_label():

@@ -1,4 +1,4 @@
-"""`python -m scripts.before_after`: an earlier commit's model room loaded beside today's, same weights, same outputs."""
+"""`python -m scripts.before_after`: an earlier commit's model room loaded beside today's, same weights and outputs."""
 
 import subprocess
 

@@ -1,4 +1,5 @@
-"""The building blocks of `python -m scripts.benchmark` on the "tiny" size, and the CLI end to end. Behaviour only, no timings."""
+"""The building blocks of `python -m scripts.benchmark` on the "tiny" size, and the CLI end to end. Behaviour only, no
+timings."""
 
 import importlib.util
 import json
@@ -47,7 +48,7 @@ def randomize(model, seed=0):
             model.final_logits_bias.copy_(0.1 * torch.randn(model.final_logits_bias.shape, generator=g))
 
 
-def test_workload_is_the_issue_workload_and_marks_padding():
+def test_workload_is_the_documented_workload_and_marks_padding():
     workload = benchmark.make_workload(8000)
     assert workload == benchmark.make_workload(8000)  # every process rebuilds the same data
     pairs = [pair for batch in workload["train"] for pair in batch]

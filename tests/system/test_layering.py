@@ -1,6 +1,6 @@
 """The package's layout is its architecture: rooms by role, lower rooms never import higher ones, the model's files
-import only torch, transformers and each other (they ship as remote code), and no module reaches into another
-module's private names."""
+import only the standard library, torch, transformers (with huggingface_hub and safetensors, which it requires) and
+each other (they ship as remote code), and no module reaches into another module's private names."""
 
 import ast
 from pathlib import Path

@@ -1,8 +1,8 @@
 """Every way users save a model gives a folder that translates through pipeline("translation"): with this package
 imported (no trust_remote_code needed) and in a process without it (trust_remote_code=True).
 
-The routes: `save_pretrained`, `Trainer.save_model`, `push_to_hub` (what it uploads), publishing (`stage_for_hub`), and a
-fine-tuning run as transformers' examples/pytorch/translation/run_translation.py does it, in a process without the
+The routes: `save_pretrained`, `Trainer.save_model`, `push_to_hub` (what it uploads), publishing (`stage_for_hub`), and
+a fine-tuning run as transformers' examples/pytorch/translation/run_translation.py does it, in a process without the
 package, on remote code. That script is not part of the transformers distribution; `RUN_TRANSLATION_SCRIPT=path` runs
 the real one as well.
 """
@@ -175,7 +175,7 @@ def test_every_saved_folder_translates_with_the_package_imported_without_trust_r
     assert translate(SOURCES, max_new_tokens=5)[0]["translation_text"], route
 
 
-# --- folders saved before the package was re-housed (tests/fixtures/saved-0.1.0, written by commit bc0ac66) -------------
+# --- folders saved before the package was re-housed (tests/fixtures/saved-0.1.0, written by commit bc0ac66) ----------
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "saved-0.1.0"
 EXPECTED = json.loads((FIXTURE / "expected.json").read_text())

@@ -41,7 +41,8 @@ WHERE_FROM = textwrap.dedent(
     from hf_vanilla_transformer.data.corpus import BUNDLED_CORPUS
 
     assert Path(hf_vanilla_transformer.__file__).is_relative_to(sys.prefix), hf_vanilla_transformer.__file__
-    assert "CC BY 2.0 FR" in (BUNDLED_CORPUS / "README.md").read_text() and (BUNDLED_CORPUS / "SOURCE_ABOUT.txt").is_file()
+    assert "CC BY 2.0 FR" in (BUNDLED_CORPUS / "README.md").read_text()
+    assert (BUNDLED_CORPUS / "SOURCE_ABOUT.txt").is_file()
     """
 )
 

@@ -41,7 +41,7 @@ LINES = [*GERMAN, "", "Tom hat Hunger.", "Wo ist Tom?", "   ", "Das ist schön."
 
 @pytest.fixture(scope="module", autouse=True)
 def one_thread():
-    """Tiny models gain nothing from threads, and two busy OpenMP threads on a shared 2-core machine lose a lot."""
+    """Tiny models gain nothing from threads, and on a busy machine extra OpenMP threads lose a lot."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     yield
