@@ -78,8 +78,8 @@ TORCH_SYSTEMS = {
     "nn-transformer": "nn.Transformer (no KV cache)",
 }
 OURS, REFERENCE = "ours-sdpa", "marian-sdpa"  # the targets compare these two (and CTranslate2)
-# The two other ways of training our model (sdpa): they differ from ours-sdpa in training only, so they do not generate;
-# and the engine of `translate` (its own search over the same model), which differs in generation only.
+# The two other ways of training our model (sdpa): they differ from ours-sdpa in training only, so they do not
+# generate; and the engine of `translate` (its own search over the same model), which differs in generation only.
 TRAINING_CALL_PATHS = {"ours-labels", "ours-logits"}
 GENERATION_PATHS = {"ours-translate"}
 RATIO_METRICS = [f"{task}_tokens_per_s" for task in TASKS] + ["train_peak_mb"]

@@ -164,12 +164,14 @@ def deprecations(steps) -> list[str]:
     return found + [message for message in records if "deprecat" in message.lower()]
 
 
-def usual_steps(model, tokenizer):
-    """Load-free steps of a translation model's life: forward with labels, generate greedy and beam, the pipeline,
-    a Seq2SeqTrainer step."""
+def usual_steps(model, tokenizer, folder):
+    """The steps of a translation model's life: save and load, forward with labels, generate greedy and beam, the
+    pipeline, a Seq2SeqTrainer step."""
     from datasets import Dataset
 
     def steps():
+        model.save_pretrained(folder)
+        type(model).from_pretrained(folder)
         input_ids, attention_mask, labels = random_batch(vocab_size=model.config.vocab_size)
         model.train()
         model(input_ids=input_ids, attention_mask=attention_mask, labels=labels).loss.backward()
@@ -186,7 +188,7 @@ def usual_steps(model, tokenizer):
     return steps
 
 
-def test_our_model_prints_no_deprecation_that_marian_does_not():
+def test_our_model_prints_no_deprecation_that_marian_does_not(tmp_path):
     tokenizer = tiny_tokenizer()
     torch.manual_seed(0)
     ours = VanillaTransformerForConditionalGeneration(tiny_config(vocab_size=len(tokenizer)))
@@ -206,6 +208,6 @@ def test_our_model_prints_no_deprecation_that_marian_does_not():
             max_position_embeddings=64,
         )  # fmt: skip
     )
-    ours_found = deprecations(usual_steps(ours, tokenizer))
-    marian_found = deprecations(usual_steps(marian, tokenizer))
+    ours_found = deprecations(usual_steps(ours, tokenizer, tmp_path / "ours"))
+    marian_found = deprecations(usual_steps(marian, tokenizer, tmp_path / "marian"))
     assert set(ours_found) <= set(marian_found), set(ours_found) - set(marian_found)
