@@ -224,15 +224,6 @@ def check_output_dir(
     return path
 
 
-def new_output_dir(path: str | Path, overwrite: bool = False, option: str = "--output_dir") -> Path:
-    """The folder `path`, created and empty (see [`check_output_dir`]; `overwrite` empties it)."""
-    path = check_output_dir(path, overwrite, option)
-    if path.is_dir() and any(path.iterdir()):
-        shutil.rmtree(path)
-    path.mkdir(parents=True, exist_ok=True)
-    return path
-
-
 @contextlib.contextmanager
 def writes_folder(path: str | Path, overwrite: bool = False, option: str = "--output_dir") -> Iterator[Path]:
     """Write the folder `path` completely or not at all: the block writes into a new hidden folder beside it, which
@@ -330,7 +321,6 @@ __all__ = [
     "load_tokenizer",
     "load_translation_model",
     "model_files",
-    "new_output_dir",
     "resolve_model",
     "writes_folder",
 ]

@@ -1,6 +1,10 @@
 """`hf-vanilla-transformer export {ctranslate2,marian,onnx}` and `hf-vanilla-transformer verify-export`."""
 
-from ..errors import CommandParser, InputError
+from ..errors import CommandParser, InputError, import_extra
+
+
+# The packages of the `export` extra each format needs.
+EXTRA_MODULES = {"ctranslate2": ["ctranslate2"], "marian": [], "onnx": ["onnx", "onnxscript", "onnxruntime"]}
 
 
 def export(argv: list[str], prog: str) -> int:
@@ -38,6 +42,8 @@ def export(argv: list[str], prog: str) -> int:
 
 
 def _export(args):
+    for module in EXTRA_MODULES[args.format]:
+        import_extra(module, "export", f"export {args.format}")
     if args.format == "ctranslate2":
         from .ctranslate2 import export_ctranslate2
 
