@@ -1,6 +1,8 @@
 """`hf-vanilla-transformer export {ctranslate2,marian,onnx}` and `hf-vanilla-transformer verify-export`."""
 
-from ..errors import CommandParser, InputError, import_extra
+import sys
+
+from ..errors import CommandParser, InputError, check_minimums, import_extra
 
 
 # The packages of the `export` extra each format needs.
@@ -63,7 +65,8 @@ def verify(argv: list[str], prog: str) -> int:
         prog=prog,
         description="Translate a test set with a trained model and with each of its exports (MarianMTModel, "
         "CTranslate2 float32 and int8, ONNX Runtime, transformers.js) and print, per engine and decoding, the share of "
-        "outputs token-identical to the model's and the BLEU.",
+        "outputs token-identical to the model's and the BLEU, with the bar each export must meet (float32: nearly "
+        "every output identical; int8: BLEU barely lower). Exit status 1 when an export misses its bar.",
     )
     parser.add_argument("--model", required=True, help="a trained model folder (model and tokenizer)")
     parser.add_argument("--test_file", help="JSON Lines / TSV / CSV pairs (default: the bundled test split)")
@@ -81,7 +84,8 @@ def verify(argv: list[str], prog: str) -> int:
     parser.add_argument("--batch_size", type=int, default=32)
     parser.add_argument("--threads", type=int, default=1, help="threads of each engine (they share the process)")
     args = parser.parse_args(argv)
-    from .parity import format_table, parity_table
+    check_minimums({"limit": 1, "js_sentences": 0, "batch_size": 1, "threads": 1}, args)
+    from .parity import format_table, misses, parity_table
 
     rows = parity_table(
         args.model,
@@ -95,4 +99,8 @@ def verify(argv: list[str], prog: str) -> int:
         threads=args.threads,
     )
     print(format_table(rows))
+    missed = misses(rows)
+    if missed:  # the verification failed: not a mistake in the options, so not exit status 2
+        print(f"{prog}: {len(missed)} export(s) miss their bar: {'; '.join(missed)}.", file=sys.stderr)
+        return 1
     return 0
