@@ -270,8 +270,13 @@ SPACE_REQUIREMENTS = ("torch", "transformers", "tokenizers", "safetensors", "mat
 
 def space_requirements() -> list[str]:
     """`SPACE_REQUIREMENTS` with the version ranges of this package's own requirements."""
+    try:
+        requires = metadata.requires("hf-vanilla-transformer") or []
+    except metadata.PackageNotFoundError:  # run from a source checkout that is not installed: its pyproject.toml
+        pyproject = (Path(__file__).parents[2] / "pyproject.toml").read_text(encoding="utf-8")
+        requires = re.findall(r'"([^"]+)"', pyproject.split("dependencies = [", 1)[1].split("]", 1)[0])
     declared = {}
-    for requirement in metadata.requires("hf-vanilla-transformer") or []:
+    for requirement in requires:
         name = re.match(r"[A-Za-z0-9_.-]+", requirement)[0]
         if ";" not in requirement:  # not an extra's
             declared[name.lower()] = requirement.replace(" ", "")
