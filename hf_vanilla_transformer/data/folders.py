@@ -2,22 +2,37 @@
 folder `--model` names, and writing a new folder or file (never over existing files unless asked, with the file modes
 the process umask gives)."""
 
+import contextlib
 import json
 import os
 import shutil
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 from huggingface_hub.errors import HFValidationError
 from huggingface_hub.utils import validate_repo_id
 from safetensors import SafetensorError
 
-from ..errors import InputError
+from ..errors import InputError, one_line
 
 
 # What a saved model folder holds (weights, configs, code, tokenizer, card, run report); a checkpoint also holds the
 # trainer's state, which is not part of the model.
 MODEL_FILE_PATTERNS = ("*.json", "*.safetensors", "*.py", "*.txt", "*.model", "*.md", "*.png")
 TRAINER_STATE_FILES = ("trainer_state.json",)
+# The files a tokenizer loads from: a fast tokenizer's tokenizer.json, or the vocabularies of slow ones (OPUS-MT's
+# sentencepiece models, BPE merges, WordPiece vocabularies), which transformers converts.
+TOKENIZER_FILE_PATTERNS = ("tokenizer.json", "*.spm", "*.model", "vocab.json", "vocab.txt", "merges.txt")
+# The JSON files transformers reads when it loads a model and its tokenizer.
+MODEL_JSON_FILES = (
+    "config.json",
+    "generation_config.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+)
+HUB_LOOKUP_SECONDS = 10
 
 
 def model_files(folder: str | Path) -> list[Path]:
@@ -31,8 +46,9 @@ def resolve_model(name: str | Path, option: str = "--model") -> str:
 
     huggingface_hub takes any string of the form "name" or "namespace/name" for a Hub id once no local folder has that
     name, and retries the network before failing, so a mistyped local path would fail only after that. Here a path
-    that cannot be a Hub id, or whose first component exists on disk, is local: missing, it is named at once. A
-    local folder must hold a model (`config.json`).
+    that cannot be a Hub id, or whose first component exists on disk, is local: missing, it is named at once. Any other
+    name is looked up once, in the Hub cache and then on the Hub ([`check_hub_model`]). A local folder must hold a
+    model (`config.json`), and its JSON files must parse.
     """
     name = str(name)
     path = Path(name).expanduser()
@@ -42,6 +58,7 @@ def resolve_model(name: str | Path, option: str = "--model") -> str:
                 f"{option} {name}: the folder holds no model (no config.json; it has {contents(path)}): give a folder "
                 "saved by save_pretrained or by training."
             )
+        check_json_files(path, option)
         return str(path)
     if path.exists():
         raise InputError(f"{option} {name} is a file: expected a model folder or a Hub model id.")
@@ -51,7 +68,69 @@ def resolve_model(name: str | Path, option: str = "--model") -> str:
         raise InputError(f"{option} {name}: no such model folder.") from None
     if "/" in name and Path(name.split("/")[0]).expanduser().exists():
         raise InputError(f"{option} {name}: no such model folder.")
+    check_hub_model(name, option)
     return name
+
+
+def check_json_files(folder: Path, option: str = "--model") -> None:
+    """Refuse, naming the file, a model folder whose JSON files (`MODEL_JSON_FILES`) do not parse: transformers would
+    fail with a bare `JSONDecodeError` that names no file."""
+    for path in (folder / name for name in MODEL_JSON_FILES if (folder / name).is_file()):
+        try:
+            json.loads(path.read_text(encoding="utf-8"))
+        except (ValueError, UnicodeDecodeError) as error:
+            raise InputError(
+                f"{option} {folder}: {path.name} is not valid JSON ({error}): the file is cut short or damaged; copy "
+                "or save the model again."
+            ) from None
+
+
+def check_hub_model(name: str, option: str = "--model") -> None:
+    """Refuse at once a Hub id that names no local folder when neither the Hub cache nor the Hub has that model:
+    transformers would retry the network for half a minute, then blame the connection. One lookup, no retries."""
+    from huggingface_hub import HfApi, is_offline_mode, try_to_load_from_cache
+    from huggingface_hub.errors import GatedRepoError, RepositoryNotFoundError
+
+    if isinstance(try_to_load_from_cache(name, "config.json"), str):
+        return
+    missing = f"{option} {name}: no such model folder"
+    if is_offline_mode():
+        raise InputError(f"{missing}, nor a Hub model of that id in the cache (offline: HF_HUB_OFFLINE is set).")
+    try:
+        HfApi().model_info(name, timeout=HUB_LOOKUP_SECONDS)
+    except GatedRepoError:
+        return  # it exists: transformers explains the access it needs
+    except RepositoryNotFoundError:
+        raise InputError(f"{missing}, nor a Hub model of that id (or one that your login can read).") from None
+    except Exception as error:
+        if not connection_error(error):
+            raise
+        raise InputError(
+            f"{missing}; as a Hub model id it cannot be looked up ({type(error).__name__}: {one_line(error)}): check "
+            "the path, or the network for a Hub model."
+        ) from None
+
+
+def connection_error(error: Exception) -> bool:
+    """Whether `error` is the network's (no connection, offline mode, a timeout, a proxy, an HTTP error), whichever
+    HTTP library huggingface_hub uses."""
+    return isinstance(error, OSError) or type(error).__module__.split(".")[0] in ("httpx", "httpx2", "requests")
+
+
+def load_tokenizer(name: str, option: str = "--model", **kwargs):
+    """`AutoTokenizer.from_pretrained(name, **kwargs)` for a model folder or Hub id (`resolve_model`), refusing by name
+    a local folder with no tokenizer files: transformers would ask to install sentencepiece or tiktoken, when the
+    file is what is missing."""
+    from transformers import AutoTokenizer
+
+    name = resolve_model(name, option)
+    path = Path(name)
+    if path.is_dir() and not any(next(path.glob(pattern), None) for pattern in TOKENIZER_FILE_PATTERNS):
+        raise InputError(
+            f"{option} {name}: the folder holds no tokenizer (no tokenizer.json; it has {contents(path)}): copy the "
+            "tokenizer files saved with the model into it (tokenizer.json, tokenizer_config.json)."
+        )
+    return AutoTokenizer.from_pretrained(name, **kwargs)
 
 
 def contents(folder: str | Path, limit: int = 8) -> str:
@@ -128,42 +207,100 @@ def load_translation_model(name: str, option: str = "--model", model_class=None,
     return model
 
 
-def check_output_dir(path: str | Path, overwrite: bool = False, option: str = "--output_dir") -> Path:
-    """`path` as a folder to write: one that exists and is not empty is refused unless `overwrite`."""
+def check_output_dir(
+    path: str | Path, overwrite: bool = False, option: str = "--output_dir", other_cure: str = ""
+) -> Path:
+    """`path` as a folder to write: one that exists and is not empty is refused unless `overwrite` (the message
+    ends with `other_cure` where there is one), and so is one that cannot be written ([`check_writable`])."""
     path = Path(path)
     if path.exists() and not path.is_dir():
         raise InputError(f"{option} {path} is a file: expected a folder to write into.")
     if path.is_dir() and any(path.iterdir()) and not overwrite:
         raise InputError(
             f"{option} {path} is not empty: choose a new folder, or pass --overwrite to replace what it holds."
+            + (f" {other_cure}" if other_cure else "")
         )
+    check_writable(path, option)
     return path
 
 
-def new_output_dir(path: str | Path, overwrite: bool = False, option: str = "--output_dir") -> Path:
-    """The folder `path`, created and empty (see [`check_output_dir`]; `overwrite` empties it)."""
+@contextlib.contextmanager
+def writes_folder(path: str | Path, overwrite: bool = False, option: str = "--output_dir") -> Iterator[Path]:
+    """Write the folder `path` completely or not at all: the block writes into a new hidden folder beside it, which
+    gets the file modes of the process umask and replaces `path` when the block ends; when the block fails, it is
+    removed and `path` stays as it was. `path` is checked first ([`check_output_dir`]).
+
+        with writes_folder(output_dir, overwrite) as folder:
+            model.save_pretrained(folder)
+    """
     path = check_output_dir(path, overwrite, option)
-    if path.is_dir() and any(path.iterdir()):
-        shutil.rmtree(path)
-    path.mkdir(parents=True, exist_ok=True)
+    temporary = Path(tempfile.mkdtemp(prefix=f".{path.name}-", suffix=".partial", dir=existing_folder(path.parent)))
+    try:
+        yield temporary
+        apply_umask(temporary)
+        os.chmod(temporary, 0o777 & ~_umask())  # mkdtemp makes it private to its owner
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if path.is_dir():
+            replaced = temporary.with_name(temporary.name.replace(".partial", ".replaced"))
+            os.rename(path, replaced)
+            os.rename(temporary, path)
+            shutil.rmtree(replaced)
+        else:
+            os.rename(temporary, path)
+    except BaseException:
+        shutil.rmtree(temporary, ignore_errors=True)
+        raise
+
+
+def check_writable(path: str | Path, option: str = "--output_dir") -> None:
+    """Refuse, naming `option`, a `path` that cannot be written: a folder is created in it (or, where it does not exist
+    yet, in the folder it would go into) and removed again. Unlike `os.access`, this sees what the file system itself
+    refuses (read-only mounts) as well as permissions."""
+    folder = existing_folder(Path(path))
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".write-check-", dir=folder))
+    except OSError as error:
+        why = error.strerror or error
+        raise InputError(
+            f"{option} {path}: cannot write into {folder} ({why}): choose a folder you can write to."
+        ) from None
+
+
+def existing_folder(path: Path) -> Path:
+    """`path`, or the nearest folder above it that exists: where a new `path` would be created."""
+    path = path.absolute()
+    while not path.exists() and path != path.parent:
+        path = path.parent
     return path
 
 
 def check_output_file(path: str | Path, overwrite: bool = False, option: str = "--output") -> Path:
-    """`path`, refused if it exists and is not empty unless `overwrite`."""
+    """`path`, refused if it exists and is not empty unless `overwrite`, or if it cannot be written."""
     path = Path(path)
     if path.is_dir():
         raise InputError(f"{option} {path} is a folder: expected a file name.")
     if path.is_file() and path.stat().st_size and not overwrite:
         raise InputError(f"{option} {path} already exists: choose another file, or pass --overwrite to replace it.")
+    if path.is_file():
+        try:
+            open(path, "ab").close()  # opens it for writing, changes nothing
+        except OSError as error:
+            raise InputError(f"{option} {path}: cannot write it ({error.strerror or error}).") from None
+    else:
+        check_writable(path, option)
     return path
+
+
+def _umask() -> int:
+    umask = os.umask(0o077)  # reading the umask means setting it
+    os.umask(umask)
+    return umask
 
 
 def apply_umask(folder: str | Path) -> None:
     """Give every file under `folder` the mode the process umask gives new files. safetensors writes its files through
     a temporary file of mode 0600, readable by its owner only."""
-    umask = os.umask(0o077)  # reading the umask means setting it
-    os.umask(umask)
+    umask = _umask()
     for root, _, names in os.walk(folder):
         for name in names:
             os.chmod(os.path.join(root, name), 0o666 & ~umask)
@@ -172,12 +309,18 @@ def apply_umask(folder: str | Path) -> None:
 __all__ = [
     "MODEL_FILE_PATTERNS",
     "apply_umask",
+    "check_hub_model",
+    "check_json_files",
     "check_output_dir",
-    "check_translation_folder",
-    "contents",
-    "load_translation_model",
     "check_output_file",
+    "check_translation_folder",
+    "check_writable",
+    "connection_error",
+    "contents",
+    "existing_folder",
+    "load_tokenizer",
+    "load_translation_model",
     "model_files",
-    "new_output_dir",
     "resolve_model",
+    "writes_folder",
 ]

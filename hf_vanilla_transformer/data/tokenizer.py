@@ -25,6 +25,7 @@ logger = logging.get_logger(__name__)
 
 
 PAD, BOS, EOS, UNK = "<pad>", "<s>", "</s>", "<unk>"  # ids 0, 1, 2, 3, the config's defaults
+MIN_VOCAB_SIZE = 100  # fewer pieces than a usable BPE vocabulary needs (the characters alone take dozens)
 
 
 def train_shared_bpe_tokenizer(
@@ -34,8 +35,10 @@ def train_shared_bpe_tokenizer(
 
     Every encoded sequence ends with `</s>`; decoding starts from `<s>` (the model's `decoder_start_token_id`).
     """
-    if vocab_size < 100:
-        raise ValueError(f"`vocab_size` must be at least 100 for a usable BPE vocabulary, got {vocab_size}.")
+    if vocab_size < MIN_VOCAB_SIZE:
+        raise ValueError(
+            f"`vocab_size` must be at least {MIN_VOCAB_SIZE} for a usable BPE vocabulary, got {vocab_size}."
+        )
     tokenizer = Tokenizer(models.BPE(unk_token=UNK))
     tokenizer.normalizer = normalizers.NFKC()
     # Punctuation gets its own pieces, so "gegeben?" does not spend merges on "ben?"; apostrophes and hyphens stay

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import torch
 
-from ..data.folders import new_output_dir, resolve_model
+from ..data.folders import check_output_dir, load_tokenizer, load_translation_model, writes_folder
 from ..errors import InputError
 from ..model.configuration_vanilla_transformer import max_new_tokens_for
 from ..model.pipeline_translation import max_source_length
@@ -235,24 +235,22 @@ def write_attention_pictures(
 
     Returns the translation and the files written.
     """
-    from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
-
-    model_dir = resolve_model(model_dir)
-    tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    model = AutoModelForSeq2SeqLM.from_pretrained(model_dir)
+    check_output_dir(output_dir, overwrite)
+    model = load_translation_model(model_dir)
+    tokenizer = load_tokenizer(model_dir)
     try:
         maps = attention_maps(model, tokenizer, text, **({} if num_beams is None else {"num_beams": num_beams}))
     except (TypeError, ValueError) as error:
         raise InputError(f"--text: {error}") from None
-    output_dir, paths = new_output_dir(output_dir, overwrite), []
-    for kind in ATTENTION_KINDS:
-        for name, draw in (
-            (f"{kind}_attention.png", plot_attention_grid),
-            (f"{kind}_attention_average.png", plot_attention),
-        ):
-            paths.append(output_dir / name)
-            save_figure(draw(maps, kind), paths[-1], dpi=dpi)
-    return maps.translation, paths
+    pictures = [
+        (f"{kind}_attention{end}.png", kind, draw)
+        for kind in ATTENTION_KINDS
+        for end, draw in (("", plot_attention_grid), ("_average", plot_attention))
+    ]
+    with writes_folder(output_dir, overwrite) as folder:
+        for name, kind, draw in pictures:
+            save_figure(draw(maps, kind), folder / name, dpi=dpi)
+    return maps.translation, [Path(output_dir) / name for name, _, _ in pictures]
 
 
 __all__ = [

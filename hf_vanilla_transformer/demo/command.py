@@ -1,6 +1,6 @@
 """`hf-vanilla-transformer demo`, `web-page` and `plot {attention,positional-encoding}`."""
 
-from ..errors import CommandParser
+from ..errors import CommandParser, check_minimums, import_extra
 
 
 def demo(argv: list[str], prog: str) -> int:
@@ -50,8 +50,11 @@ def web_page(argv: list[str], prog: str) -> int:
     )
     parser.add_argument("--title", default="German to English, in your browser")
     args = parser.parse_args(argv)
-    if args.max_new_tokens is not None and args.max_new_tokens < 1:
-        parser.error(f"--max_new_tokens must be at least 1, got {args.max_new_tokens}.")
+    check_minimums({"max_new_tokens": 1}, args)
+    from ..interop.command import EXTRA_MODULES
+
+    for module in EXTRA_MODULES["onnx"]:
+        import_extra(module, "export", "web-page (the ONNX export)")
     from .web_page import build_web_page
 
     folder = build_web_page(
@@ -88,6 +91,7 @@ def plot(argv: list[str], prog: str) -> int:
     encoding.add_argument("--dimensions", type=int, nargs="+", help="dimensions to draw as curves")
     encoding.add_argument("--dpi", type=int, default=80)
     args = parser.parse_args(argv)
+    check_minimums({"num_beams": 1, "dpi": 1}, args)
     if args.picture == "positional-encoding":
         from ..data.folders import check_output_file
         from .attention import save_figure

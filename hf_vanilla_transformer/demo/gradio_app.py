@@ -13,15 +13,21 @@ shared, and `attention_maps` switches its attention implementation while it runs
 """
 
 import io
+import re
 import shutil
 import unicodedata
 from importlib import metadata
 from pathlib import Path
 
-from transformers import AutoTokenizer
-
-from ..data.folders import apply_umask, load_translation_model, model_files, new_output_dir, resolve_model
-from ..errors import InputError
+from ..data.folders import (
+    check_translation_folder,
+    load_tokenizer,
+    load_translation_model,
+    model_files,
+    resolve_model,
+    writes_folder,
+)
+from ..errors import InputError, import_extra
 from ..translate.translator import load_translator, translate_windows
 from .attention import AttentionMaps, attention_maps, plot_attention, save_figure
 
@@ -71,10 +77,10 @@ def heatmap_image(maps: AttentionMaps | None, kind_label: str, layer: str, head:
 
 def build_demo(model_dir: str, examples: list[str] | None = None, title: str | None = None):
     """The page (a `gr.Blocks`, queued) for the model and tokenizer in `model_dir` (a folder or a Hub id)."""
-    import gradio as gr
+    gr = import_extra("gradio", "demo", "The demo page")
 
     model = load_translation_model(model_dir).eval()
-    tokenizer = AutoTokenizer.from_pretrained(resolve_model(model_dir))
+    tokenizer = load_tokenizer(model_dir)
     default_beams = min(model.generation_config.num_beams or 1, MAX_BEAMS)
     config = model.config
     sizes = {
@@ -231,35 +237,50 @@ def write_space(
     `hf_vanilla_transformer` package, and the model files in `model/` (or, with `hub_id`, the model's Hub id)."""
     from ..data.corpus import BUNDLED_CORPUS
 
+    import_extra("gradio", "demo", "--write_space (the Space records the Gradio version)")
+    gradio_version = metadata.version("gradio")
     if hub_id is None:
         source = Path(resolve_model(model_dir))
         if not source.is_dir():
             raise InputError(f"--model {model_dir} is a Hub id: pass it as --hub_id, or give a local folder.")
-        output = new_output_dir(output_dir, overwrite)
-        (output / "model").mkdir()
-        for path in model_files(source):  # the model, tokenizer and card, not the trainer's state
-            shutil.copy2(path, output / "model" / path.name)
+        check_translation_folder(str(source))
         model, where = "model", "in the `model/` folder of this Space"
     else:
-        output = new_output_dir(output_dir, overwrite)
         model, where = hub_id, f"[{hub_id}](https://huggingface.co/{hub_id}), downloaded when the Space starts"
+    title = title or "Vanilla Transformer translator"
     package = Path(__file__).parents[1]  # the Space runs this package's app: all of it but the bundled corpus
     ignored = shutil.ignore_patterns("__pycache__", "*.pyc", BUNDLED_CORPUS.name)
-    shutil.copytree(package, output / package.name, ignore=ignored)
-    (output / "app.py").write_text(SPACE_APP.format(model=model), encoding="utf-8")
+    with writes_folder(output_dir, overwrite) as folder:
+        if hub_id is None:
+            (folder / "model").mkdir()
+            for path in model_files(source):  # the model, tokenizer and card, not the trainer's state
+                shutil.copy2(path, folder / "model" / path.name)
+        shutil.copytree(package, folder / package.name, ignore=ignored)
+        (folder / "app.py").write_text(SPACE_APP.format(model=model), encoding="utf-8")
+        (folder / "requirements.txt").write_text("\n".join(space_requirements()) + "\n", encoding="utf-8")
+        readme = SPACE_README.format(title=title, gradio_version=gradio_version, where=where)
+        (folder / "README.md").write_text(readme, encoding="utf-8")
+    return Path(output_dir)
 
-    # Gradio itself comes from the README's sdk_version; these are what the package needs to run the model.
-    def version(name):  # without a local label such as "+cpu", which PyPI does not serve
-        return metadata.version(name).split("+")[0]
 
-    requirements = [f"{name}=={version(name)}" for name in ("torch", "transformers", "tokenizers")]
-    requirements += [f"{name}>={version(name)}" for name in ("safetensors", "matplotlib")]
-    (output / "requirements.txt").write_text("\n".join(requirements) + "\n", encoding="utf-8")
-    title = title or "Vanilla Transformer translator"
-    readme = SPACE_README.format(title=title, gradio_version=metadata.version("gradio"), where=where)
-    (output / "README.md").write_text(readme, encoding="utf-8")
-    apply_umask(output)
-    return output
+# What the Space installs besides Gradio (which comes from the README's sdk_version): what the package needs to run
+# the model, in the versions this package declares (and is tested with), not whatever this machine has installed.
+SPACE_REQUIREMENTS = ("torch", "transformers", "tokenizers", "safetensors", "matplotlib")
+
+
+def space_requirements() -> list[str]:
+    """`SPACE_REQUIREMENTS` with the version ranges of this package's own requirements."""
+    try:
+        requires = metadata.requires("hf-vanilla-transformer") or []
+    except metadata.PackageNotFoundError:  # run from a source checkout that is not installed: its pyproject.toml
+        pyproject = (Path(__file__).parents[2] / "pyproject.toml").read_text(encoding="utf-8")
+        requires = re.findall(r'"([^"]+)"', pyproject.split("dependencies = [", 1)[1].split("]", 1)[0])
+    declared = {}
+    for requirement in requires:
+        name = re.match(r"[A-Za-z0-9_.-]+", requirement)[0]
+        if ";" not in requirement:  # not an extra's
+            declared[name.lower()] = requirement.replace(" ", "")
+    return [declared.get(name, name) for name in SPACE_REQUIREMENTS]
 
 
 __all__ = ["EXAMPLES", "build_demo", "check_text", "heatmap_image", "launch", "write_space"]

@@ -22,9 +22,9 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from transformers import AutoConfig, AutoTokenizer, GenerationConfig
+from transformers import AutoConfig, GenerationConfig
 
-from ..data.folders import apply_umask, check_output_dir, check_translation_folder, new_output_dir, resolve_model
+from ..data.folders import check_output_dir, check_translation_folder, load_tokenizer, resolve_model, writes_folder
 from ..data.trained_on import trained_on
 from ..interop.onnx import export_onnx
 from ..interop.onnx_runtime import TRANSFORMERS_JS_VERSION, TRANSLATE_SCRIPT, install_transformers_js
@@ -66,30 +66,28 @@ def build_web_page(
     check_translation_folder(model_dir)
     check_output_dir(output_dir, overwrite)
     modules = install_transformers_js() / "node_modules"  # first, as it is the step that can fail on a network
-    output = new_output_dir(output_dir, overwrite)
 
-    with tempfile.TemporaryDirectory() as export_dir:
+    with writes_folder(output_dir, overwrite) as output, tempfile.TemporaryDirectory() as export_dir:
         export = export_onnx(model_dir, export_dir)
         shutil.copytree(export / "onnx", output / "model" / "onnx")
         for name in MODEL_FILES:
             if (export / name).is_file():
                 shutil.copy2(export / name, output / "model" / name)
-    (output / "runtime").mkdir()
-    for folder, names in RUNTIME_FILES.items():
-        for name in names:
-            shutil.copy2(modules / folder / name, output / "runtime" / name)
-    for page_file in [*PAGE_FILES, TRANSLATE_SCRIPT]:
-        shutil.copy2(page_file, output / page_file.name)
-
-    settings = {
-        "title": title,
-        "examples": examples or EXAMPLES,
-        **text_settings(output / "model", max_new_tokens),
-        "transformers_js": TRANSFORMERS_JS_VERSION,
-    }
-    (output / "demo.json").write_text(json.dumps(settings, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    apply_umask(output)
-    return output
+        (output / "runtime").mkdir()
+        for folder, names in RUNTIME_FILES.items():
+            for name in names:
+                shutil.copy2(modules / folder / name, output / "runtime" / name)
+        for page_file in [*PAGE_FILES, TRANSLATE_SCRIPT]:
+            shutil.copy2(page_file, output / page_file.name)
+        settings = {
+            "title": title,
+            "examples": examples or EXAMPLES,
+            **text_settings(output / "model", max_new_tokens),
+            "transformers_js": TRANSFORMERS_JS_VERSION,
+        }
+        text = json.dumps(settings, indent=2, ensure_ascii=False) + "\n"
+        (output / "demo.json").write_text(text, encoding="utf-8")
+    return Path(output_dir)
 
 
 def text_settings(model_dir: Path, max_new_tokens: int | None = None) -> dict:
@@ -100,7 +98,7 @@ def text_settings(model_dir: Path, max_new_tokens: int | None = None) -> dict:
     config = AutoConfig.from_pretrained(model_dir)
     generation_config = GenerationConfig.from_pretrained(model_dir)
     record = trained_on(generation_config)
-    longest = record.source_limit(max_source_length(AutoTokenizer.from_pretrained(model_dir), config))
+    longest = record.source_limit(max_source_length(load_tokenizer(str(model_dir)), config))
     positions = getattr(config, "max_position_embeddings", None)
     a, b = (0.0, max_new_tokens) if max_new_tokens else default_length_rule(generation_config)
     return {

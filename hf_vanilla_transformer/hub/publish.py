@@ -9,11 +9,19 @@ import tempfile
 from pathlib import Path
 
 from huggingface_hub import HfApi
-from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+from huggingface_hub.errors import HfHubHTTPError
+from transformers import AutoModelForSeq2SeqLM
 from transformers.utils import logging
 
-from ..data.folders import apply_umask, new_output_dir, resolve_model
-from ..errors import InputError
+from ..data.folders import (
+    check_output_dir,
+    check_translation_folder,
+    connection_error,
+    load_tokenizer,
+    resolve_model,
+    writes_folder,
+)
+from ..errors import InputError, one_line
 from ..model.pipeline_translation import TranslationPipeline
 from .model_card import load_metrics, make_model_card
 
@@ -61,23 +69,47 @@ def stage_for_hub(
             "publish it anyway."
         )
 
+    check_output_dir(out_dir)  # empty: the staged folder holds only what is published
+    check_translation_folder(str(model_dir))
     model, info = AutoModelForSeq2SeqLM.from_pretrained(model_dir, output_loading_info=True, use_safetensors=True)
     problems = {key: value for key, value in info.items() if value and key != "error_msgs"}
     if problems or info.get("error_msgs"):
         raise InputError(f"The weights in {model_dir} do not match the model code: {problems or info['error_msgs']}.")
     try:
-        translator = TranslationPipeline(model=model, tokenizer=AutoTokenizer.from_pretrained(model_dir))
+        translator = TranslationPipeline(model=model, tokenizer=load_tokenizer(str(model_dir)))
     except ValueError as error:  # the tokenizer does not fit the model
         raise InputError(f"{model_dir}: {error}") from error
-    out_dir = new_output_dir(out_dir)  # empty: the staged folder holds only what is published
-    translator.save_pretrained(out_dir)
     card = make_model_card(model_dir, repo_id, revision=revision, license=license, metrics=metrics)
-    (out_dir / "README.md").write_text(str(card), encoding="utf-8")
-    apply_umask(out_dir)
+    with writes_folder(out_dir) as folder:
+        translator.save_pretrained(folder)
+        (folder / "README.md").write_text(str(card), encoding="utf-8")
+    out_dir = Path(out_dir)
     left_behind = sorted(set(names) - {path.name for path in out_dir.iterdir()})
     if left_behind:
         logger.warning(f"Not publishing {left_behind}: only the model, its code, tokenizer and card are.")
     return out_dir
+
+
+def check_login(api: HfApi) -> None:
+    """Refuse to start without a login that the Hub accepts (or without the network), before any work."""
+    from huggingface_hub.errors import LocalTokenNotFoundError
+
+    try:
+        api.whoami()
+    except LocalTokenNotFoundError:
+        raise InputError("publishing needs a Hugging Face login: run `hf auth login`, or set HF_TOKEN.") from None
+    except HfHubHTTPError as error:
+        if error.response is None or error.response.status_code != 401:
+            raise InputError(f"the Hub refused to say who is logged in ({one_line(error)}).") from None
+        raise InputError(
+            "the Hub does not accept the saved login (HTTP 401: the token is invalid or expired): run "
+            "`hf auth login` again, or set HF_TOKEN."
+        ) from None
+    except Exception as error:
+        if not connection_error(error):
+            raise
+        why = f"{type(error).__name__}: {one_line(error)}"
+        raise InputError(f"publishing needs the Hugging Face Hub, which cannot be reached ({why}).") from None
 
 
 def publish_to_hub(
@@ -99,9 +131,13 @@ def publish_to_hub(
     if dry_run is not None:
         return str(stage_for_hub(model_dir, dry_run, repo_id, license=license, allow_low_bleu=allow_low_bleu))
     api = api or HfApi(token=token)
+    check_login(api)
     with tempfile.TemporaryDirectory() as tmp:
         folder = stage_for_hub(model_dir, Path(tmp) / "repo", repo_id, license=license, allow_low_bleu=allow_low_bleu)
-        api.create_repo(repo_id, private=private, exist_ok=True)
+        try:
+            api.create_repo(repo_id, private=private, exist_ok=True)
+        except HfHubHTTPError as error:  # a namespace the login may not write to, a name the Hub does not take
+            raise InputError(f"--repo_id {repo_id}: the Hub refused to create it ({one_line(error)}).") from None
         commit = api.upload_folder(
             repo_id=repo_id, folder_path=folder, delete_patterns="*", commit_message="Upload model, code and card"
         )

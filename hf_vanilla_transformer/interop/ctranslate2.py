@@ -17,9 +17,9 @@ from pathlib import Path
 
 import torch
 from ctranslate2.specs import common_spec, model_spec, transformer_spec
-from transformers import AutoTokenizer, GenerationConfig
+from transformers import GenerationConfig
 
-from ..data.folders import apply_umask, check_output_dir, load_translation_model, new_output_dir, resolve_model
+from ..data.folders import check_output_dir, load_tokenizer, load_translation_model, writes_folder
 from ..errors import InputError
 from ..model.configuration_vanilla_transformer import max_new_tokens_for
 from ..model.modeling_vanilla_transformer import (
@@ -174,18 +174,16 @@ def export_ctranslate2(
     model = load_translation_model(
         model_dir, model_class=VanillaTransformerForConditionalGeneration, dtype=torch.float32
     )
-    model_dir = resolve_model(model_dir)
-    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    tokenizer = load_tokenizer(model_dir)
     check_tokenizer_fits_model(tokenizer, model.config)
     tokens = vocabulary(tokenizer, model.config.vocab_size)
     spec = ctranslate2_spec(model, tokens, tokenizer.unk_token or "<unk>")
     spec.optimize(quantization=quantization)  # also stores tied matrices once
-    output_dir = new_output_dir(output_dir, overwrite)
-    spec.save(str(output_dir))
-    tokenizer.save_pretrained(output_dir)
-    model.generation_config.save_pretrained(output_dir)
-    apply_umask(output_dir)
-    return output_dir
+    with writes_folder(output_dir, overwrite) as folder:
+        spec.save(str(folder))
+        tokenizer.save_pretrained(folder)
+        model.generation_config.save_pretrained(folder)
+    return Path(output_dir)
 
 
 def translate_options(

@@ -16,10 +16,10 @@ agree; with left padding a converted model gives different results for the padde
 from pathlib import Path
 
 import torch
-from transformers import AutoTokenizer, MarianConfig, MarianMTModel
+from transformers import MarianConfig, MarianMTModel
 from transformers.utils import logging
 
-from ..data.folders import apply_umask, check_output_dir, new_output_dir, resolve_model
+from ..data.folders import check_output_dir, load_tokenizer, load_translation_model, writes_folder
 from ..model.configuration_vanilla_transformer import VanillaTransformerConfig, special_token_ids
 from ..model.modeling_vanilla_transformer import (
     VanillaTransformerForConditionalGeneration,
@@ -227,14 +227,14 @@ def from_marian(model_or_dir: MarianMTModel | str | Path) -> VanillaTransformerF
 def export_marian(model_dir: str | Path, output_dir: str | Path, overwrite: bool = False) -> Path:
     """Write the trained model in `model_dir` as a MarianMTModel folder that plain transformers loads without remote
     code: weights, config, generation config and the tokenizer."""
-    model_dir = resolve_model(model_dir)
     check_output_dir(output_dir, overwrite)
-    marian = to_marian(VanillaTransformerForConditionalGeneration.from_pretrained(model_dir))
-    output_dir = new_output_dir(output_dir, overwrite)
-    marian.save_pretrained(output_dir)
-    AutoTokenizer.from_pretrained(model_dir).save_pretrained(output_dir)
-    apply_umask(output_dir)
-    return output_dir
+    model = load_translation_model(model_dir, model_class=VanillaTransformerForConditionalGeneration)
+    tokenizer = load_tokenizer(model_dir)
+    marian = to_marian(model)
+    with writes_folder(output_dir, overwrite) as folder:
+        marian.save_pretrained(folder)
+        tokenizer.save_pretrained(folder)
+    return Path(output_dir)
 
 
 __all__ = ["export_marian", "from_marian", "marian_permutation", "to_marian"]

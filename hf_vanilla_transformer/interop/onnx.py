@@ -35,11 +35,10 @@ import onnx
 import torch
 from onnx import TensorProto, helper, numpy_helper
 from torch import nn
-from transformers import AutoTokenizer
 from transformers.cache_utils import EncoderDecoderCache
 from transformers.utils import logging
 
-from ..data.folders import apply_umask, check_output_dir, new_output_dir, resolve_model
+from ..data.folders import check_output_dir, load_tokenizer, load_translation_model, resolve_model, writes_folder
 from ..errors import InputError
 from ..model.modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
 from .marian import export_marian
@@ -321,33 +320,34 @@ def export_onnx(
     """
     if model_type not in MODEL_TYPES:
         raise InputError(f"--model_type must be one of {MODEL_TYPES}, got {model_type!r}.")
-    model_dir = resolve_model(model_dir)
     check_output_dir(output_dir, overwrite)
-    model = VanillaTransformerForConditionalGeneration.from_pretrained(
-        model_dir, dtype=torch.float32, attn_implementation="eager"
+    model = load_translation_model(
+        model_dir,
+        model_class=VanillaTransformerForConditionalGeneration,
+        dtype=torch.float32,
+        attn_implementation="eager",
     ).eval()
-    if model_type == "marian":
-        try:
-            output_dir = export_marian(model_dir, output_dir, overwrite)
-        except ValueError as error:
-            raise ValueError(
-                f"{error} transformers.js runs only the Marian form: for ONNX Runtime, export with "
-                "--model_type vanilla_transformer (model_type='vanilla_transformer')."
-            ) from error
-    else:
-        output_dir = new_output_dir(output_dir, overwrite)
-        model.save_pretrained(output_dir)
-        if any((Path(model_dir) / name).is_file() for name in ("tokenizer.json", "tokenizer_config.json")):
-            AutoTokenizer.from_pretrained(model_dir).save_pretrained(output_dir)
+    model_dir = resolve_model(model_dir)
+    with writes_folder(output_dir, overwrite) as folder:
+        if model_type == "marian":
+            try:
+                export_marian(model_dir, folder, overwrite=True)
+            except ValueError as error:
+                raise ValueError(
+                    f"{error} transformers.js runs only the Marian form: for ONNX Runtime, export with "
+                    "--model_type vanilla_transformer (model_type='vanilla_transformer')."
+                ) from error
         else:
-            logger.warning(f"{model_dir} has no tokenizer: the ONNX folder will translate token ids, not text.")
-
-    onnx_dir = output_dir / "onnx"
-    onnx_dir.mkdir(parents=True, exist_ok=True)
-    encoder, first_step, cached_step = _export_graphs(model)
-    onnx.save(encoder, onnx_dir / ENCODER_FILE)
-    onnx.save(merge_decoders(first_step, cached_step, model.config), onnx_dir / DECODER_FILE)
-    if quantize:
-        quantize_onnx(onnx_dir)
-    apply_umask(output_dir)
-    return output_dir
+            model.save_pretrained(folder)
+            if any((Path(model_dir) / name).is_file() for name in ("tokenizer.json", "tokenizer_config.json")):
+                load_tokenizer(model_dir).save_pretrained(folder)
+            else:
+                logger.warning(f"{model_dir} has no tokenizer: the ONNX folder will translate token ids, not text.")
+        onnx_dir = folder / "onnx"
+        onnx_dir.mkdir(parents=True, exist_ok=True)
+        encoder, first_step, cached_step = _export_graphs(model)
+        onnx.save(encoder, onnx_dir / ENCODER_FILE)
+        onnx.save(merge_decoders(first_step, cached_step, model.config), onnx_dir / DECODER_FILE)
+        if quantize:
+            quantize_onnx(onnx_dir)
+    return Path(output_dir)

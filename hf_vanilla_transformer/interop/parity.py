@@ -14,10 +14,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 import torch
-from transformers import AutoTokenizer, GenerationConfig
+from transformers import GenerationConfig
 
 from ..data.corpus import BUNDLED_CORPUS, load_parallel_corpus
-from ..data.folders import resolve_model
+from ..data.folders import load_tokenizer, load_translation_model, resolve_model
 from ..model.configuration_vanilla_transformer import max_new_tokens_for
 from ..model.modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
 from ..training.metrics import corpus_scores
@@ -25,6 +25,10 @@ from ..training.metrics import corpus_scores
 
 ENGINES = ("marian", "ctranslate2", "onnx", "transformers.js")
 OURS = "this package (PyTorch)"
+# What an export must reach, by its weights: (least share of outputs token-identical to the model's, how far its BLEU
+# may fall below the model's, how far rise above). A float32 export computes the model's own function; int8 weights
+# only approximate it.
+BARS = {"float32": (0.99, 0.1, 0.1), "int8": (0.0, 0.5, float("inf"))}
 
 
 def strip_generated(ids: list[int], config) -> list[int]:
@@ -52,10 +56,11 @@ class Batches:
 
 def generate_ids(model, batches: Batches, generation_config: GenerationConfig) -> list[list[int]]:
     """`model.generate` (ours or a MarianMTModel), batch by batch, in order."""
-    outputs = []
+    outputs, generation_config = [], GenerationConfig.from_dict(generation_config.to_dict())
     for _, encoded, limit in batches:
+        generation_config.max_new_tokens = limit  # in the config: an argument beside a config is deprecated
         with torch.no_grad():
-            generated = model.generate(**encoded, generation_config=generation_config, max_new_tokens=limit)
+            generated = model.generate(**encoded, generation_config=generation_config)
         outputs += [strip_generated(row, model.config) for row in generated.tolist()]
     return outputs
 
@@ -148,10 +153,11 @@ def _engines(model_dir: Path, work_dir: Path, names, threads: int, config) -> di
 
 
 def _row(decoding: str, engine: str, ids, ours, texts_of, references) -> dict:
-    """One table row: the share of outputs token-identical to the model's, BLEU, and its difference to the model's."""
+    """One table row: the share of outputs token-identical to the model's, BLEU, its difference to the model's, and
+    (for an export) whether that meets the export's bar."""
     count = len(ids)
     bleu = corpus_scores(texts_of(ids), references[:count])["bleu"]
-    return dict(
+    row = dict(
         decoding=decoding,
         engine=engine,
         sentences=count,
@@ -159,6 +165,26 @@ def _row(decoding: str, engine: str, ids, ours, texts_of, references) -> dict:
         bleu=bleu,
         bleu_difference=bleu - corpus_scores(texts_of(ours[:count]), references[:count])["bleu"],
     )
+    if engine != OURS:
+        identical, below, above = _bar(engine)
+        row["met"] = row["identical"] >= identical and -below <= row["bleu_difference"] <= above
+    return row
+
+
+def _bar(engine: str) -> tuple[float, float, float]:
+    return BARS["int8" if "int8" in engine else "float32"]
+
+
+def bar(engine: str) -> str:
+    """An export's bar, as the table prints it."""
+    identical, below, above = _bar(engine)
+    bleu = f"BLEU within {below:g}" if above == below else f"BLEU at most {below:g} below"
+    return f">= {100 * identical:g}% identical, {bleu}" if identical else bleu
+
+
+def misses(rows: list[dict]) -> list[str]:
+    """The exports (engine and decoding) of `parity_table`'s rows that miss their bar."""
+    return [f"{row['engine']} ({row['decoding']})" for row in rows if row.get("met") is False]
 
 
 def parity_table(
@@ -183,8 +209,8 @@ def parity_table(
     pairs = load_parallel_corpus(source_lang, target_lang, test_file=str(test_file))["test"]["translation"]
     pairs = pairs[:limit] if limit else pairs
     sources, references = [p[source_lang] for p in pairs], [p[target_lang] for p in pairs]
-    model = VanillaTransformerForConditionalGeneration.from_pretrained(model_dir).eval()
-    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    model = load_translation_model(model_dir, model_class=VanillaTransformerForConditionalGeneration).eval()
+    tokenizer = load_tokenizer(model_dir)
     beam = GenerationConfig.from_dict(model.generation_config.to_dict())
     beam.max_length = beam.max_new_tokens = None  # the length budget is the batches'
     greedy = GenerationConfig.from_dict({**beam.to_dict(), "num_beams": 1, "length_penalty": 1.0})
@@ -218,20 +244,21 @@ def parity_table(
 
 
 def format_table(rows: list[dict]) -> str:
-    """A Markdown table of `parity_table`'s rows."""
+    """A Markdown table of `parity_table`'s rows, with each export's bar and whether it meets it."""
     lines = [
-        "| decoding | engine | sentences | token-identical to ours | BLEU | vs ours |",
-        "|---|---|---|---|---|---|",
+        "| decoding | engine | sentences | token-identical to ours | BLEU | vs ours | bar | met |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for row in rows:
         if "error" in row:
-            lines.append(f"| {row['decoding']} | {row['engine']} | | not run: {row['error']} | | |")
+            lines.append(f"| {row['decoding']} | {row['engine']} | | not run: {row['error']} | | | | |")
         else:
+            met = {True: "yes", False: "**no**", None: ""}[row.get("met")]
             lines.append(
                 f"| {row['decoding']} | {row['engine']} | {row['sentences']} | {100 * row['identical']:.1f}% | "
-                f"{row['bleu']:.2f} | {row['bleu_difference']:+.2f} |"
+                f"{row['bleu']:.2f} | {row['bleu_difference']:+.2f} | {bar(row['engine']) if met else ''} | {met} |"
             )
     return "\n".join(lines)
 
 
-__all__ = ["ENGINES", "format_table", "parity_table"]
+__all__ = ["BARS", "ENGINES", "format_table", "misses", "parity_table"]

@@ -4,7 +4,8 @@ tokenizer -> a configuration, and the argument parsing of `hf-vanilla-transforme
 from huggingface_hub.errors import StrictDataclassError
 from transformers import HfArgumentParser, MarianConfig, PreTrainedConfig
 
-from ..errors import InputError, OneLineErrors
+from ..data.tokenizer import MIN_VOCAB_SIZE
+from ..errors import InputError, OneLineErrors, check_minimums
 from ..model.configuration_vanilla_transformer import VanillaTransformerConfig
 
 
@@ -28,6 +29,14 @@ DEMO_TRAINING = dict(
 # The demos' model: 7.6M parameters with the translator's shared vocabulary of 8,000.
 DEMO_SIZES = dict(d_model=256, layers=3, heads=4, ffn_dim=1024)
 ARCHITECTURES = ("vanilla", "marian")
+# Options of every recipe (its own and `TrainingArguments`') that would fail only once training starts, inside torch's
+# sampler or the tokenizer trainer, when below these.
+MINIMUMS = dict(
+    per_device_train_batch_size=1,
+    per_device_eval_batch_size=1,
+    gradient_accumulation_steps=1,
+    vocab_size=MIN_VOCAB_SIZE,
+)
 
 
 def expand_sizes(d_model: int, layers: int | tuple[int, int], heads: int, ffn_dim: int) -> dict:
@@ -112,6 +121,7 @@ def parse_recipe_arguments(dataclass_types, defaults: dict, argv: list[str] | No
     *parsed, unknown = parser.parse_args_into_dataclasses(args=argv, return_remaining_strings=True)
     if unknown:  # HfArgumentParser would raise a ValueError: a traceback for a user's mistake
         parser.error(f"unrecognized arguments: {' '.join(unknown)}")
+    check_minimums(MINIMUMS, *parsed)
     return tuple(parsed)
 
 

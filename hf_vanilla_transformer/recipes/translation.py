@@ -36,7 +36,7 @@ from ..data.corpus import (
     load_parallel_corpus,
     tokenize_corpus,
 )
-from ..data.folders import check_output_dir, resolve_model
+from ..data.folders import check_output_dir, load_tokenizer, resolve_model
 from ..data.tokenizer import corpus_tokenizer
 from ..data.trained_on import record_trained_on
 from ..errors import InputError
@@ -294,16 +294,14 @@ def prepare_output_dir(training_args, recipe_args) -> str | None:
             raise InputError(f"--resume_from_checkpoint {checkpoint}: no such checkpoint folder.")
         verify_checkpoint(checkpoint)
         return checkpoint
-    try:
-        check_output_dir(output_dir, recipe_args.overwrite)
-    except InputError as error:
-        raise InputError(f"{error} To continue its training, pass --resume_from_checkpoint last.") from None
+    resume = "To continue its training, pass --resume_from_checkpoint last."
+    check_output_dir(output_dir, recipe_args.overwrite, other_cure=resume)
     return None
 
 
 def build_tokenizer(model_args, data_args, corpus, resume_from):
     if model_args.model_name_or_path:
-        return AutoTokenizer.from_pretrained(model_args.model_name_or_path, trust_remote_code=True)
+        return load_tokenizer(model_args.model_name_or_path, "--model_name_or_path", trust_remote_code=True)
     if resume_from:  # the ids of the checkpoint's embeddings belong to the tokenizer saved with it
         return AutoTokenizer.from_pretrained(resume_from)
     languages = (data_args.source_lang, data_args.target_lang)

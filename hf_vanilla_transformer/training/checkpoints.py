@@ -12,7 +12,7 @@ from transformers import TrainerCallback
 from transformers.trainer_pt_utils import safe_globals
 from transformers.utils import logging
 
-from ..data.folders import apply_umask, model_files, new_output_dir
+from ..data.folders import apply_umask, check_output_dir, model_files, writes_folder
 from ..errors import InputError
 
 
@@ -108,6 +108,7 @@ def average_checkpoints(checkpoints: list[str | Path], output_dir: str | Path, o
     for checkpoint in checkpoints:
         if not checkpoint.is_dir():
             raise InputError(f"{checkpoint}: no such checkpoint folder.")
+    check_output_dir(output_dir, overwrite)
     total, reference = None, None
     for checkpoint in checkpoints:
         weights_file = checkpoint / "model.safetensors"
@@ -118,16 +119,22 @@ def average_checkpoints(checkpoints: list[str | Path], output_dir: str | Path, o
             reference = weights
             total = {k: v.double() for k, v in weights.items()}
             continue
+        first = checkpoints[0] / "model.safetensors"
         if weights.keys() != total.keys():
-            raise InputError(f"{weights_file} has different tensors from {checkpoints[0] / 'model.safetensors'}.")
+            raise InputError(f"{weights_file} has different tensors from {first}: average checkpoints of one run.")
         for k, v in weights.items():
+            if v.shape != total[k].shape:
+                raise InputError(
+                    f"{weights_file} holds {k} of shape {list(v.shape)}, {first} of shape {list(total[k].shape)}: "
+                    "these are checkpoints of different models; average checkpoints of one run."
+                )
             total[k] += v.double()
     average = {k: (v / len(checkpoints)).to(reference[k].dtype) for k, v in total.items()}
 
-    output_dir = new_output_dir(output_dir, overwrite)
-    for item in model_files(checkpoints[-1]):
-        if item.suffix != ".safetensors":
-            shutil.copy2(item, output_dir / item.name)
-    # Written by Python rather than safetensors' save_file, which gives the file mode 0600 whatever the umask.
-    (output_dir / "model.safetensors").write_bytes(save(average, metadata={"format": "pt"}))
-    return output_dir
+    with writes_folder(output_dir, overwrite) as folder:
+        for item in model_files(checkpoints[-1]):
+            if item.suffix != ".safetensors":
+                shutil.copy2(item, folder / item.name)
+        # Written by Python rather than safetensors' save_file, which gives the file mode 0600 whatever the umask.
+        (folder / "model.safetensors").write_bytes(save(average, metadata={"format": "pt"}))
+    return Path(output_dir)

@@ -15,12 +15,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from transformers import AutoConfig, AutoTokenizer, GenerationConfig
+from transformers import AutoConfig, GenerationConfig
 from transformers.utils import logging
 
-from ..data.folders import check_translation_folder, load_translation_model, resolve_model
+from ..data.folders import check_translation_folder, load_tokenizer, load_translation_model, resolve_model
 from ..data.trained_on import trained_on
-from ..errors import InputError
+from ..errors import InputError, import_extra
 from ..model.configuration_vanilla_transformer import (
     MAX_LEN_A,
     MAX_LEN_B,
@@ -124,9 +124,7 @@ def load_torch_backend(
         raise InputError("--int8 is PyTorch's dynamic quantization for CPUs: use it with --device cpu and float32.")
     if isinstance(model, str):
         name, model = model, load_translation_model(model, dtype=DTYPES[dtype], trust_remote_code=trust_remote_code)
-        tokenizer = tokenizer or AutoTokenizer.from_pretrained(
-            resolve_model(name), trust_remote_code=trust_remote_code
-        )
+        tokenizer = tokenizer or load_tokenizer(name, trust_remote_code=trust_remote_code)
     elif tokenizer is None:
         raise ValueError("A model object needs its `tokenizer`.")
     check_tokenizer_fits_model(tokenizer, model.config)
@@ -223,10 +221,7 @@ def load_ctranslate2_backend(
 ) -> CTranslate2Backend:
     """A CTranslate2 model folder (`model.bin`) with its tokenizer files, or a transformers model folder converted on
     first use into a cache folder keyed by its weights. Decoding defaults come from `generation_config.json`."""
-    try:
-        import ctranslate2
-    except ImportError:
-        raise InputError("--backend ctranslate2 needs CTranslate2: pip install ctranslate2") from None
+    ctranslate2 = import_extra("ctranslate2", "export", "--backend ctranslate2")
     folder = Path(resolve_model(model_name))
     check_translation_folder(str(folder), ctranslate2=True)
     if not folder.is_dir():
@@ -234,7 +229,7 @@ def load_ctranslate2_backend(
     source = folder
     if not (folder / "model.bin").is_file():
         folder = _converted(source, trust_remote_code)
-    tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=trust_remote_code)
+    tokenizer = load_tokenizer(str(source), trust_remote_code=trust_remote_code)
     if (source / "generation_config.json").is_file():
         generation_config = GenerationConfig.from_pretrained(source)
     else:

@@ -3,13 +3,15 @@
 import argparse
 import sys
 
-from ..errors import CommandParser
+from ..errors import CommandParser, InputError, check_minimums, import_extra
 
 
 GENERATION_OPTIONS = ("num_beams", "length_penalty", "early_stopping", "do_sample", "temperature", "top_k", "top_p")
 DESCRIPTION = """Translate text files with any AutoModelForSeq2SeqLM folder: one output line per input line, in order,
 each line split into sentences and translated sentence by sentence, in length-sorted token-budget batches, resumable
 (--resume), across processes under accelerate launch."""
+# Counts and sizes below these would reach the search or the batching (a division by zero, a negative dimension).
+MINIMUMS = {"num_beams": 1, "nbest": 1, "top_k": 0, "max_tokens": 1, "batch_size": 1, "buffer_size": 1}
 
 
 def build_parser(prog: str) -> argparse.ArgumentParser:
@@ -80,6 +82,8 @@ def main(argv: list[str], prog: str) -> int:
 
     if args.quiet:
         logging.disable_progress_bar()
+    check_minimums(MINIMUMS, args)
+    check_device(args.device, args.backend)
     check_inputs(args.inputs or ["-"])
     if args.output not in (None, "-") and not args.resume:
         check_output_file(args.output, args.overwrite)
@@ -116,3 +120,27 @@ def main(argv: list[str], prog: str) -> int:
             print(f"{prog}: interrupted; add --resume to continue into {args.output}.", file=sys.stderr)
         return 130
     return 0
+
+
+def check_device(device: str | None, backend: str) -> None:
+    """Refuse a `--device` that this machine (or this build of torch) does not have, before the model loads."""
+    import torch
+
+    if device is None:
+        return
+    try:
+        cuda = torch.device(device).type == "cuda"
+    except RuntimeError:
+        raise InputError(f"--device {device}: expected cpu, cuda or cuda:N.") from None
+    if not cuda:
+        return
+    if backend == "ctranslate2":
+        gpus = import_extra("ctranslate2", "export", "--backend ctranslate2").get_cuda_device_count()
+    else:
+        gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if not gpus:
+        why = "this torch is a CPU-only build" if backend == "torch" and torch.version.cuda is None else "no GPU"
+        raise InputError(f"--device {device}: {why}; translate on the CPU (--device cpu, the default without a GPU).")
+    index = torch.device(device).index or 0
+    if index >= gpus:
+        raise InputError(f"--device {device}: this machine has {gpus} GPU(s), cuda:0 to cuda:{gpus - 1}.")

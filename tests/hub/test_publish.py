@@ -170,6 +170,9 @@ def test_publishing_uploads_the_staged_folder_then_pins_the_card_to_that_commit(
     calls = []
 
     class FakeApi:
+        def whoami(self):
+            return {"name": "someone"}
+
         def create_repo(self, repo_id, private, exist_ok):
             calls.append(("create_repo", repo_id, private))
 

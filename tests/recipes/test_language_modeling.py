@@ -8,7 +8,7 @@ from transformers import AutoTokenizer, pipeline
 from hf_vanilla_transformer.recipes.language_modeling import main
 
 
-def test_the_demo_trains_saves_reports_and_samples(tmp_path, capsys):
+def test_the_demo_trains_saves_reports_and_samples(tmp_path, capsys):  # row 48: end to end, batched generation
     out = tmp_path / "lm"
     argv = ["--output_dir", str(out), "--max_steps", "6", "--vocab_size", "300", "--d_model", "32", "--layers", "1"]
     argv += ["--heads", "2", "--ffn_dim", "64", "--max_train_minutes", "0", "--prompts", "Tom is", "I"]

@@ -1,11 +1,12 @@
 """Bad inputs get clear errors, numerics stay finite, nothing is lost or executed that should not be.
 
-The rows of ../shared/design/reliability.md's bad-input and fault matrix are marked `# row N`; rows covered by other test
-files name them.
+The rows of docs/reliability.md's bad-input and fault matrix are marked `# row N`; rows covered by other test files
+name them.
 """
 
 import os
 import pickle
+import shutil
 import signal
 import subprocess
 import sys
@@ -18,9 +19,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from transformers import AutoModelForSeq2SeqLM, DynamicCache, EncoderDecoderCache, pipeline
 
-from hf_vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
-from hf_vanilla_transformer.data.folders import load_translation_model
+from hf_vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration, cli
+from hf_vanilla_transformer.data.folders import load_translation_model, resolve_model
 from hf_vanilla_transformer.errors import InputError
+from hf_vanilla_transformer.training.checkpoints import average_checkpoints
 from tests.helpers import (
     PAIRS,
     ROOT,
@@ -29,6 +31,7 @@ from tests.helpers import (
     random_batch,
     run_training,
     tiny_config,
+    tiny_translator_dir,
     write_jsonl,
 )
 
@@ -39,7 +42,7 @@ def make_model(**overrides):
     ).eval()
 
 
-# --- model inputs: rows 4, 5, 6, 7, 10 -----------------------------------------------------------------------------------
+# --- model inputs: rows 4, 5, 6, 7, 10 -------------------------------------------------------------------------------
 
 IDS = torch.tensor([[5, 6, 7, 2], [8, 9, 2, 0]])
 MASK = torch.tensor([[1, 1, 1, 1], [1, 1, 1, 0]])
@@ -182,7 +185,7 @@ def test_gradient_checkpointing_with_use_cache_trains_without_cache_and_warns(ca
     assert all(p.grad is not None for p in model.parameters())
 
 
-# --- loading and files: rows 22, 23, 24 -----------------------------------------------------------------------------------
+# --- loading and files: rows 22, 23, 24 ------------------------------------------------------------------------------
 
 
 @pytest.fixture
@@ -232,7 +235,7 @@ def test_pickled_weights_are_never_executed(saved):  # row 23
     assert not PWNED.exists()
 
 
-# --- tokenizer / model consistency: row 3 ----------------------------------------------------------------------------------
+# --- tokenizer / model consistency: row 3 ----------------------------------------------------------------------------
 
 
 def test_pipeline_refuses_a_tokenizer_that_does_not_belong_to_the_model():  # row 3
@@ -245,7 +248,7 @@ def test_pipeline_refuses_a_tokenizer_that_does_not_belong_to_the_model():  # ro
         pipeline("translation", model=make_model(vocab_size=len(tokenizer) + 5, pad_token_id=3), tokenizer=tokenizer)
 
 
-# --- training faults: rows 26, 27 --------------------------------------------------------------------------------------------
+# --- training faults: rows 26, 27 ------------------------------------------------------------------------------------
 
 
 @pytest.mark.slow
@@ -350,7 +353,7 @@ def test_resuming_from_a_damaged_checkpoint_names_the_file(tmp_path, name):  # r
         run_training(*common[:-1], 4, "--resume_from_checkpoint", "last")
 
 
-# --- numerics, property-based: rows 8, 9, 16, 17 -------------------------------------------------------------------------
+# --- numerics, property-based: rows 8, 9, 16, 17 ---------------------------------------------------------------------
 
 
 @st.composite
@@ -431,7 +434,7 @@ def test_half_precision_training_step_has_finite_loss_and_gradients(seed, dtype,
     assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
 
 
-# --- load ------------------------------------------------------------------------------------------------------------------
+# --- load ------------------------------------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("batch_size, length", [(1, 64), (300, 8), (64, 64)])
@@ -459,3 +462,263 @@ def test_pipeline_streams_a_large_input_list_in_batches():
     assert batch_sizes == [16]  # only the first batch has been translated so far
     rest = list(stream)
     assert len(rest) == 99 and max(batch_sizes) == 16 and sum(batch_sizes) == 100
+
+
+# --- the commands: rows 31-48 ----------------------------------------------------------------------------------------
+# A user's mistake ends in one line on stderr, exit status 2, before any work or write; a folder is written completely
+# or not at all; a missing extra is named with its install command; a verifier fails when what it checks does not hold.
+
+
+def one_line_error(capsys, *argv) -> str:
+    """`hf-vanilla-transformer ARGV` in this process: exit status 2 and one line on stderr, which is returned."""
+    assert cli.main([str(arg) for arg in argv]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1, lines
+    return lines[0]
+
+
+@pytest.fixture(scope="module")
+def trained():
+    return tiny_translator_dir()
+
+
+@pytest.fixture
+def text_file(tmp_path):
+    (tmp_path / "in.de").write_text("Wo ist Tom?\n", encoding="utf-8")
+    return tmp_path / "in.de"
+
+
+@pytest.mark.parametrize("beams", [0, -3])
+def test_a_beam_of_zero_or_less_is_one_line(capsys, trained, text_file, beams):  # row 31
+    error = one_line_error(capsys, "translate", "--model", trained, text_file, "--num_beams", beams)
+    assert error.endswith(f"error: --num_beams must be at least 1, got {beams}.")
+    for option in ("--nbest", "--batch_size", "--max_tokens", "--buffer_size"):
+        assert f"{option} must be at least 1" in one_line_error(capsys, "translate", "--model", trained, option, 0)
+
+
+@pytest.mark.parametrize("head", ["translation", "language-modeling", "classification"])
+def test_training_options_below_their_minimum_are_one_line(capsys, tmp_path, head):  # rows 32, 33
+    train = ["train", head, "--output_dir", tmp_path / "run"]
+    error = one_line_error(capsys, *train, "--per_device_train_batch_size", 0)
+    assert error.endswith("error: --per_device_train_batch_size must be at least 1, got 0.")
+    assert one_line_error(capsys, *train, "--vocab_size", 10).endswith("--vocab_size must be at least 100, got 10.")
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is there")
+def test_a_gpu_the_machine_lacks_is_one_line(capsys, trained, text_file):  # row 34
+    error = one_line_error(capsys, "translate", "--model", trained, text_file, "--device", "cuda")
+    assert "--device cuda: this torch is a CPU-only build" in error or "--device cuda: no GPU" in error
+    assert "--device gpu: expected cpu, cuda or cuda:N" in one_line_error(
+        capsys, "translate", "--model", trained, text_file, "--device", "gpu"
+    )
+
+
+def test_a_missing_model_folder_is_named_at_once_by_every_command(capsys, tmp_path, text_file, monkeypatch):  # row 35
+    monkeypatch.chdir(tmp_path)
+    start = time.monotonic()
+    for argv in (
+        ["translate", "--model", "models/nope", text_file],
+        [
+            "train",
+            "translation",
+            "--model_name_or_path",
+            "models/nope",
+            "--train_file",
+            text_file,
+            "--output_dir",
+            "r",
+        ],
+        ["export", "marian", "--model", "models/nope", "--output_dir", "m"],
+    ):
+        assert "models/nope: no such model folder, nor a Hub model of that id" in one_line_error(capsys, *argv)
+    assert time.monotonic() - start < 30  # no network retries (the commands' own start-up aside)
+    assert not (tmp_path / "r").exists() and not (tmp_path / "m").exists()
+
+
+def test_a_name_that_may_be_a_hub_id_is_looked_up_once(monkeypatch):  # row 35
+    from huggingface_hub import HfApi
+    from huggingface_hub.errors import RepositoryNotFoundError
+
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", False)
+    lookups = []
+
+    def not_found(self, name, timeout):
+        lookups.append((name, timeout))
+        raise RepositoryNotFoundError.__new__(RepositoryNotFoundError)
+
+    monkeypatch.setattr(HfApi, "model_info", not_found)
+    with pytest.raises(InputError, match="models/nope: no such model folder, nor a Hub model of that id"):
+        resolve_model("models/nope")
+    assert lookups == [("models/nope", 10)]
+
+    def no_network(self, name, timeout):
+        raise ConnectionError("Name or service not known")
+
+    monkeypatch.setattr(HfApi, "model_info", no_network)
+    with pytest.raises(InputError, match="as a Hub model id it cannot be looked up .*Name or service not known"):
+        resolve_model("models/nope")
+    monkeypatch.setattr(HfApi, "model_info", lambda self, name, timeout: object())
+    assert resolve_model("org/model") == "org/model"
+
+
+@pytest.fixture
+def copy_of(tmp_path, trained):
+    shutil.copytree(trained, tmp_path / "model")
+    return tmp_path / "model"
+
+
+@pytest.mark.parametrize("name", ["config.json", "generation_config.json", "tokenizer.json"])
+def test_a_json_file_cut_short_is_named(capsys, copy_of, text_file, name):  # row 36
+    path = copy_of / name
+    path.write_bytes(path.read_bytes()[:100])
+    error = one_line_error(capsys, "translate", "--model", copy_of, text_file)
+    assert f"--model {copy_of}: {name} is not valid JSON" in error and "cut short or damaged" in error
+
+
+def test_a_folder_without_its_tokenizer_says_what_is_missing(capsys, copy_of, text_file):  # row 37
+    (copy_of / "tokenizer.json").unlink()
+    error = one_line_error(capsys, "translate", "--model", copy_of, text_file)
+    assert f"--model {copy_of}: the folder holds no tokenizer (no tokenizer.json" in error
+    assert "sentencepiece" not in error
+
+
+@pytest.fixture
+def unwritable(tmp_path):
+    """A folder that this process cannot write into: read-only to its owner, or (for root, whom no mode stops) /sys,
+    whose file system refuses new files to anyone."""
+    if os.geteuid() != 0:
+        folder = tmp_path / "read-only"
+        folder.mkdir(mode=0o555)
+        yield folder
+        folder.chmod(0o755)
+    elif Path("/sys/kernel").is_dir():
+        yield Path("/sys")
+    else:
+        pytest.skip("running as root, with no read-only file system to write into")
+
+
+def test_output_into_a_read_only_folder_is_one_line_before_any_work(capsys, trained, text_file, unwritable):  # row 38
+    for argv in (
+        ["translate", "--model", trained, text_file, "--output", unwritable / "out.en"],
+        ["train", "translation", "--train_file", text_file, "--output_dir", unwritable / "run"],
+        ["export", "marian", "--model", trained, "--output_dir", unwritable / "marian"],
+        ["average", "--checkpoints", trained, "--output_dir", unwritable / "average"],
+    ):
+        assert f"cannot write into {unwritable}" in one_line_error(capsys, *argv), argv
+    assert not any(name in os.listdir(unwritable) for name in ("out.en", "run", "marian", "average"))
+
+
+def two_checkpoints(folder: Path, **second) -> list[Path]:
+    paths = []
+    for i, overrides in enumerate([{}, second]):
+        VanillaTransformerForConditionalGeneration(tiny_config(**overrides)).save_pretrained(
+            folder / f"checkpoint-{i}"
+        )
+        paths.append(folder / f"checkpoint-{i}")
+    return paths
+
+
+def test_averaging_checkpoints_of_different_runs_is_one_line(capsys, tmp_path):  # row 39
+    first, other = two_checkpoints(tmp_path, d_model=32)
+    error = one_line_error(capsys, "average", "--checkpoints", first, other, "--output_dir", tmp_path / "average")
+    assert f"{other / 'model.safetensors'} holds" in error and "checkpoints of different models" in error
+    assert not (tmp_path / "average").exists()
+
+
+def test_plotting_the_attention_of_a_language_model_refuses_it_by_name(capsys, tmp_path):  # row 40
+    from hf_vanilla_transformer import VanillaTransformerForCausalLM
+
+    VanillaTransformerForCausalLM(tiny_config(is_encoder_decoder=False)).save_pretrained(tmp_path / "lm")
+    argv = ["plot", "attention", "--model", tmp_path / "lm", "--text", "Wo ist Tom?", "--output_dir", tmp_path / "p"]
+    error = one_line_error(capsys, *argv)
+    assert "holds a decoder-only language model (VanillaTransformerForCausalLM), not a translation model" in error
+    assert not (tmp_path / "p").exists()
+
+
+def test_publishing_without_a_login_or_the_network_is_one_line_before_any_work(capsys, trained, monkeypatch):  # row 41
+    from huggingface_hub import HfApi
+    from huggingface_hub.errors import LocalTokenNotFoundError
+
+    from hf_vanilla_transformer.hub import publish
+
+    def not_started(*args, **kwargs):
+        raise AssertionError("the work started")
+
+    monkeypatch.setattr(publish, "stage_for_hub", not_started)
+    publish_command = ["publish", "--model", trained, "--repo_id", "org/name"]
+    monkeypatch.setenv("HF_TOKEN", "hf_not_a_real_token")  # the tests run offline: the Hub cannot be reached
+    assert "publishing needs the Hugging Face Hub, which cannot be reached" in one_line_error(capsys, *publish_command)
+
+    def no_login(self):
+        raise LocalTokenNotFoundError("no token")
+
+    monkeypatch.setattr(HfApi, "whoami", no_login)
+    error = one_line_error(capsys, *publish_command)
+    assert error.endswith("error: publishing needs a Hugging Face login: run `hf auth login`, or set HF_TOKEN.")
+
+
+def test_the_demo_without_gradio_names_the_extra_and_writes_nothing(capsys, trained, tmp_path, monkeypatch):  # 42, 43
+    monkeypatch.setitem(sys.modules, "gradio", None)  # as where it is not installed
+    install = "it comes with the `demo` extra, pip install 'hf-vanilla-transformer[demo]'."
+    assert one_line_error(capsys, "demo", "--model", trained).endswith(
+        f"needs gradio, which is not installed: {install}"
+    )
+    space = ["demo", "--model", trained, "--write_space", "--output_dir", tmp_path / "space"]
+    assert one_line_error(capsys, *space).endswith(install)
+    assert os.listdir(tmp_path) == []
+
+
+def test_a_folder_is_written_completely_or_not_at_all(tmp_path, monkeypatch):  # row 44
+    from hf_vanilla_transformer.training import checkpoints
+
+    folders = two_checkpoints(tmp_path / "run")
+    output = tmp_path / "average"
+
+    def cut(*args, **kwargs):
+        raise RuntimeError("killed while writing the weights")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(checkpoints, "save", cut)
+        with pytest.raises(RuntimeError, match="killed"):
+            average_checkpoints(folders, output)
+    assert sorted(os.listdir(tmp_path)) == ["run"]  # no output folder, no hidden partial one
+    average_checkpoints(folders, output)  # the same command again
+    assert (output / "model.safetensors").is_file() and (output / "config.json").is_file()
+    assert oct(output.stat().st_mode & 0o777) == oct(0o777 & ~umask())
+
+    (output / "notes.txt").write_text("mine")
+    with monkeypatch.context() as patch:  # --overwrite keeps what the folder held until the new one is complete
+        patch.setattr(checkpoints, "save", cut)
+        with pytest.raises(RuntimeError, match="killed"):
+            average_checkpoints(folders, output, overwrite=True)
+    assert (output / "notes.txt").is_file() and sorted(os.listdir(tmp_path)) == ["average", "run"]
+    average_checkpoints(folders, output, overwrite=True)
+    assert not (output / "notes.txt").exists() and (output / "model.safetensors").is_file()
+
+
+def umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def test_verify_export_fails_when_an_export_misses_its_bar(capsys, trained, monkeypatch):  # row 45
+    from hf_vanilla_transformer.interop import marian
+
+    def broken_export(model):
+        exported = to_marian(model)
+        exported.final_logits_bias[..., 5] = 100.0  # every output token is token 5
+        return exported
+
+    to_marian = marian.to_marian
+    monkeypatch.setattr(marian, "to_marian", broken_export)
+    argv = ["verify-export", "--model", trained, "--engines", "marian", "--limit", 4, "--batch_size", 4]
+    assert cli.main([str(arg) for arg in argv]) == 1
+    printed = capsys.readouterr()
+    assert "| greedy | MarianMTModel (export_marian) | 4 | 0.0% |" in printed.out
+    assert ">= 99% identical, BLEU within 0.1 | **no** |" in printed.out
+    assert printed.err.strip().splitlines()[-1] == (
+        "hf-vanilla-transformer verify-export: 2 export(s) miss their bar: MarianMTModel (export_marian) (greedy); "
+        "MarianMTModel (export_marian) (beam None, length penalty None)."
+    )

@@ -355,7 +355,7 @@ def test_invalid_utf8_names_file_and_line_and_keeps_what_was_translated(translat
     assert output.read_text().splitlines()[4:] == [ENGLISH[4], ENGLISH[5]]
 
 
-def test_unreadable_inputs_and_missing_models_fail_at_once_naming_them(tmp_path, translator):
+def test_unreadable_inputs_and_missing_models_fail_at_once_naming_them(tmp_path, translator, monkeypatch):
     with pytest.raises(InputError, match=f"{tmp_path / 'none.de'}: no such input file"):
         translate_file([str(tmp_path / "none.de")], None, translator, quiet=True)
     with pytest.raises(InputError, match=f"{tmp_path}: not a file"):
@@ -375,7 +375,8 @@ def test_unreadable_inputs_and_missing_models_fail_at_once_naming_them(tmp_path,
     finally:
         os.chdir(ROOT)
     assert time.monotonic() - start < 5  # no Hub requests, no retries
-    assert resolve_model("Helsinki-NLP/opus-mt-de-en") == "Helsinki-NLP/opus-mt-de-en"  # a Hub id stays one
+    monkeypatch.setattr("huggingface_hub.try_to_load_from_cache", lambda repo_id, filename: "config.json")
+    assert resolve_model("Helsinki-NLP/opus-mt-de-en") == "Helsinki-NLP/opus-mt-de-en"  # a Hub id (cached) stays one
 
 
 def test_settings_that_cannot_work_are_refused_before_anything_runs(model_dir):
