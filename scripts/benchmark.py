@@ -499,9 +499,15 @@ def onnx_systems(device: str) -> dict:
 # ---------------------------------------------------------------------------------------------------- the run
 
 
-def run(sizes: list[str], precisions: list[str], device: str, threads: int, repeats: int) -> dict:
+def run(
+    sizes: list[str], precisions: list[str], device: str, threads: int, repeats: int, systems: list[str] | None = None
+) -> dict:
     """Every measurement of every size, systems alternating within each repeat (order rotated between repeats)."""
     ct2, onnx = ct2_systems(device), onnx_systems(device)
+    if systems is not None:  # a subset (--systems): MarianMTModel always, as every ratio's reference
+        keep = {*systems, REFERENCE}
+        ct2, onnx = {s: v for s, v in ct2.items() if s in keep}, {s: v for s, v in onnx.items() if s in keep}
+    torch_systems = [system for system in TORCH_SYSTEMS if systems is None or system in {*systems, REFERENCE}]
     samples, peaks = {}, {}
     for size in sizes:
         workload = make_workload(SIZES[size]["vocab_size"])
@@ -515,7 +521,7 @@ def run(sizes: list[str], precisions: list[str], device: str, threads: int, repe
                 else {}
             )
             onnx_dir = in_fresh_process(export_ours_for_onnx, size, os.path.join(tmp, "onnx")) if onnx else None
-            jobs = [("matmul", None)] + [(system, p) for p in precisions for system in TORCH_SYSTEMS]
+            jobs = [("matmul", None)] + [(system, p) for p in precisions for system in torch_systems]
             jobs += [(system, precisions[0]) for system in [*ct2, *onnx]]
             for r in range(repeats):
                 for system, precision in jobs[r % len(jobs) :] + jobs[: r % len(jobs)]:
@@ -697,12 +703,17 @@ def main(argv=None) -> dict:
     parser.add_argument("--threads", type=int, default=os.cpu_count(), help="torch and CTranslate2 threads")
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="cuda: the torch systems in bf16")
     parser.add_argument("--bf16", action="store_true", help="on CPU, add bf16-autocast rows for the torch systems")
+    parser.add_argument(
+        "--systems",
+        nargs="+",
+        help=f"only these systems (default: all; {REFERENCE} always): {', '.join(TORCH_SYSTEMS)}, ...",
+    )
     parser.add_argument("--json", default="benchmark_results.json")
     parser.add_argument("--plot", default="benchmark_results.png")
     args = parser.parse_args(argv)
 
     precisions = ["bf16"] if args.device == "cuda" else ["fp32"] + ["bf16"] * args.bf16
-    measured = run(args.sizes, precisions, args.device, args.threads, args.repeats)
+    measured = run(args.sizes, precisions, args.device, args.threads, args.repeats, args.systems)
     rows = summarize(measured, args.sizes)
     targets = check_targets(rows, precisions[0], measured["ct2"])
     print(format_report(rows, measured["peaks"], targets, args.threads, args.device))
