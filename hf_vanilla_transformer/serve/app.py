@@ -125,7 +125,7 @@ class Service:
         if isinstance(result, InputError):
             raise ApiError(400, f"Invalid request: {result}")
         if isinstance(result, TranslationFailed):
-            raise ApiError(500, f"Cannot translate text: {str(result).split(':')[0]} in the translation engine")
+            raise ApiError(500, f"Cannot translate text: {result.kind} in the translation engine", detail=f"{result}")
         return result
 
 
@@ -214,7 +214,8 @@ def _observed(service: Service, path: str, handler):
 
 def answer_error(request: Request, error: ApiError) -> JSONResponse:
     """`{"error": ...}` with the error's status, and one line in the server's log."""
-    logger.warning(f"{request.method} {request.url.path} -> {error.status}: {error.message}")
+    detail = f" ({error.detail})" if error.detail else ""
+    logger.warning(f"{request.method} {request.url.path} -> {error.status}: {error.message}{detail}")
     return JSONResponse({"error": error.message}, error.status, error.headers)
 
 

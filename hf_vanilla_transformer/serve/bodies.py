@@ -9,11 +9,11 @@ from starlette.requests import Request
 
 
 class ApiError(Exception):
-    """Answered as `{"error": message}` with `status` (and `headers`)."""
+    """Answered as `{"error": message}` with `status` (and `headers`); `detail` goes to the server's log only."""
 
-    def __init__(self, status: int, message: str, headers: dict | None = None):
+    def __init__(self, status: int, message: str, headers: dict | None = None, detail: str | None = None):
         super().__init__(message)
-        self.status, self.message, self.headers = status, message, headers
+        self.status, self.message, self.headers, self.detail = status, message, headers, detail
 
 
 async def read_body(request: Request, max_bytes: int) -> bytes:
@@ -109,12 +109,13 @@ def text_field(values: dict, name: str, required: bool = True) -> str | None:
 
 
 def whole_number(values: dict, name: str, default: int) -> int:
+    """A number as LibreTranslate reads one, with `int()`: 3, 3.0 and "3" are 3."""
     value = values.get(name, default)
-    if isinstance(value, bool) or not isinstance(value, (int, str)):
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
         raise ApiError(400, f"Invalid request: {name} parameter is not a number")
     try:
         return int(value)
-    except ValueError:
+    except (ValueError, OverflowError):
         raise ApiError(400, f"Invalid request: {name} parameter is not a number") from None
 
 

@@ -83,7 +83,7 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
 def main(argv: list[str], prog: str) -> int:
     args = build_parser(prog).parse_args(argv)
     try:
-        for module in ("starlette", "uvicorn", "prometheus_client", "multipart"):
+        for module in ("starlette", "uvicorn", "prometheus_client", "python_multipart"):
             importlib.import_module(module)
     except ImportError as error:
         raise InputError(

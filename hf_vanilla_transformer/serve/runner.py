@@ -35,10 +35,11 @@ class Options:
 
 
 class TranslationFailed(Exception):
-    """The engine failed on a request's text (answered as 500); `cause` names the exception, for the log."""
+    """The engine failed on a request's text (answered as 500, the cause in the server's log)."""
 
     def __init__(self, cause: BaseException):
         super().__init__(f"{type(cause).__name__}: {cause}")
+        self.kind = type(cause).__name__
 
 
 @dataclass(eq=False)
@@ -167,7 +168,6 @@ class Runner:
         except Exception as error:
             owners = list(dict.fromkeys(job for job, _, _ in batch))
             if len(owners) == 1:
-                logger.error(f"A batch of {len(batch)} sentence(s) failed: {type(error).__name__}: {error}")
                 self._finish(owners[0], TranslationFailed(error))
                 return
             for job in owners:  # find whose text fails: each request's pieces on their own
@@ -190,7 +190,6 @@ class Runner:
         try:
             translations: list[LineTranslation] = translator.decode(job.lines, job.encoded, by_line)
         except Exception as error:
-            logger.error(f"Decoding a request's translations failed: {type(error).__name__}: {error}")
             translations = TranslationFailed(error)
         self._finish(job, translations)
 
