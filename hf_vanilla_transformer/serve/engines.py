@@ -1,7 +1,6 @@
 """The server's translators: translate's `load_translator` with the command's options, and the same model with other
 decoding options (beams, length penalty, n-best, sentence splitting) for the requests that ask for them."""
 
-import threading
 from collections import OrderedDict
 from pathlib import Path
 
@@ -13,7 +12,8 @@ from .runner import Options
 
 
 class Translators:
-    """The translator loaded with the server's options, and up to `keep` variants of it, made on first use.
+    """The translator loaded with the server's options, and up to `keep` variants of it, made on first use (by the
+    runner thread, the only caller).
 
     A PyTorch variant shares the loaded model (and its int8 quantization); CTranslate2 fixes its decoding options
     when it loads, so a CTranslate2 variant loads the model again. Sentence splitting alone shares the engine.
@@ -26,31 +26,24 @@ class Translators:
             beams(base), settings["generation"].get("length_penalty"), settings["nbest"], settings["split_sentences"]
         )
         self.variants: OrderedDict[Options, Translator] = OrderedDict({self.defaults: base})
-        self.lock = threading.Lock()
 
     def __call__(self, options: Options) -> Translator:
         options = self.resolved(options)
-        with self.lock:
-            if options in self.variants:
-                self.variants.move_to_end(options)
-                return self.variants[options]
-        translator = self.make(options)
-        with self.lock:
-            self.variants[options] = translator
-            while len(self.variants) > self.keep:
+        if options not in self.variants:
+            self.variants[options] = self.make(options)
+            while len(self.variants) > self.keep:  # the least recently used, never the server's own
                 del self.variants[next(k for k in self.variants if k != self.defaults)]
-        return translator
+        self.variants.move_to_end(options)
+        return self.variants[options]
 
     def resolved(self, options: Options) -> Options:
         """`options` with the server's value for each one not given."""
+        defaults = self.defaults
         return Options(
-            *(
-                default if value is None else value
-                for value, default in zip(
-                    (options.num_beams, options.length_penalty, options.nbest, options.split_sentences),
-                    (self.defaults.num_beams, self.defaults.length_penalty, 1, self.defaults.split_sentences),
-                )
-            )
+            defaults.num_beams if options.num_beams is None else options.num_beams,
+            defaults.length_penalty if options.length_penalty is None else options.length_penalty,
+            options.nbest,
+            defaults.split_sentences if options.split_sentences is None else options.split_sentences,
         )
 
     def make(self, options: Options) -> Translator:
