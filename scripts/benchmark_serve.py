@@ -7,9 +7,14 @@ clients, against the naive server people write, and the server's memory across a
 
 Each system is a server process on 127.0.0.1 with the model's own decoding settings (beam 4, length penalty 0.6 for
 this package's trained models), started in turn:
-- serve: this package's server, PyTorch float32, its defaults (sentences of concurrent requests share batches);
+- serve: this package's server, PyTorch float32, its defaults (sentences of concurrent requests share batches; torch on
+  the cores less one);
+- serve-2threads: the same with torch on two threads that sleep when idle (`OMP_WAIT_POLICY=PASSIVE`);
 - serve-ct2: the same with `--backend ctranslate2`;
-- naive: a FastAPI route (a plain `def`, run in FastAPI's thread pool) calling `pipeline("translation")` per request.
+- naive: a FastAPI route (a plain `def`, run in FastAPI's thread pool) calling `pipeline("translation")` per request,
+  torch's default threads;
+- naive-1thread: the same with torch on one thread (as this server takes one core of two by default), which
+  separates what batching gains from what the thread setting gains.
 Clients are asyncio tasks in this process (httpx), each sending one German sentence of the bundled test split per
 request (`POST /translate`, JSON, LibreTranslate's fields) and the next as soon as the answer comes. Every level is
 bounded in time (`--seconds`) and requests (`--max_requests`), after an untimed warm-up; a request that fails or
@@ -35,8 +40,10 @@ from hf_vanilla_transformer.training.report import cpu_model
 
 SYSTEMS = {
     "serve": "hf-vanilla-transformer serve (PyTorch float32)",
+    "serve-2threads": "serve --threads 2, OMP_WAIT_POLICY=PASSIVE",
     "serve-ct2": "hf-vanilla-transformer serve --backend ctranslate2",
     "naive": "naive: FastAPI route calling pipeline() per request",
+    "naive-1thread": "naive, torch on 1 thread",
 }
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -44,8 +51,9 @@ ROOT = Path(__file__).resolve().parents[1]
 # --------------------------------------------------------------------------------------------- the naive server
 
 
-def naive_server(model: str, port: int) -> None:
+def naive_server(model: str, port: int, threads: int | None) -> None:
     """What a tutorial writes: one pipeline, one route, a request translated by a pipeline call of its own."""
+    import torch
     import uvicorn
     from fastapi import FastAPI
     from pydantic import BaseModel
@@ -53,6 +61,8 @@ def naive_server(model: str, port: int) -> None:
 
     import hf_vanilla_transformer  # noqa: F401  (registers the translation pipeline)
 
+    if threads:
+        torch.set_num_threads(threads)
     translate = pipeline("translation", model=model, device="cpu")
     app = FastAPI()
 
@@ -76,8 +86,9 @@ def naive_server(model: str, port: int) -> None:
 
 
 def start(system: str, model: str, port: int, log: Path) -> subprocess.Popen:
-    if system == "naive":
+    if system.startswith("naive"):
         command = [sys.executable, "-m", "scripts.benchmark_serve", "--naive_server", "--model", model]
+        command += ["--threads", "1"] if system == "naive-1thread" else []
     else:
         command = [sys.executable, "-m", "hf_vanilla_transformer", "serve", "--model", model]
         command += ["--backend", "ctranslate2"] if system == "serve-ct2" else []
@@ -204,9 +215,10 @@ def main(argv=None):
     parser.add_argument("--output_json", help="also write the results here")
     parser.add_argument("--naive_server", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--threads", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.naive_server:
-        return naive_server(args.model, args.port)
+        return naive_server(args.model, args.port, args.threads)
 
     pairs = [json.loads(line)["translation"] for line in (BUNDLED_CORPUS / "test.jsonl").open(encoding="utf-8")]
     sentences = [pair["de"] for pair in pairs]
@@ -257,6 +269,11 @@ def targets(results: dict) -> dict:
         found["32 clients >= 4x one client"] = (round(rate("serve", 32) / rate("serve", 1), 2), 4.0)
     if rate("serve", 32) and rate("naive", 32):
         found["32 clients >= 3x the naive server"] = (round(rate("serve", 32) / rate("naive", 32), 2), 3.0)
+    if rate("serve", 32) and rate("naive-1thread", 32):
+        found["32 clients >= 3x the naive server on 1 thread"] = (
+            round(rate("serve", 32) / rate("naive-1thread", 32), 2),
+            3.0,
+        )
     if rate("serve-ct2", 32) and rate("serve", 32):
         found["ctranslate2 >= 1.5x PyTorch at 32 clients"] = (round(rate("serve-ct2", 32) / rate("serve", 32), 2), 1.5)
     at_32 = systems.get("serve", {}).get("32", {})

@@ -54,10 +54,7 @@ class Service:
     def start(self) -> None:
         """Load the model (unless given) and start the runner; in a worker thread, as it takes seconds."""
         settings = self.settings
-        if settings.threads:
-            import torch
-
-            torch.set_num_threads(settings.threads)
+        use_threads(settings)
         if self.translator is None:
             self.translator = load(settings)
         self.pair = Pair.of(self.translator, settings.source_lang, settings.target_lang)
@@ -129,10 +126,19 @@ class Service:
         return result
 
 
+def use_threads(settings: Settings) -> None:
+    if settings.threads:
+        import torch
+
+        torch.set_num_threads(settings.threads)
+
+
 def load(settings: Settings):
+    """translate's translator for `settings` (CTranslate2 takes as many threads as torch has)."""
     from ..data.folders import check_translation_folder, resolve_model
     from ..translate.translator import load_translator
 
+    use_threads(settings)
     if not settings.model:
         raise InputError("--model is required: a trained model folder (or Hub id) with its tokenizer.")
     check_translation_folder(resolve_model(settings.model), ctranslate2=settings.backend == "ctranslate2")

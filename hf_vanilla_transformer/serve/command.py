@@ -47,7 +47,11 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
         "--source_lang", help="the source language (default: what the model's folder records from training)"
     )
     engine.add_argument("--target_lang", help="the target language (default: the folder's record)")
-    engine.add_argument("--threads", type=int, help="torch threads per worker (default: the cores / --workers)")
+    engine.add_argument(
+        "--threads",
+        type=int,
+        help="torch threads per worker (default: the cores / --workers, less one for the worker's HTTP side)",
+    )
 
     batching = parser.add_argument_group("batching across requests")
     batching.add_argument("--max_tokens", type=int, default=defaults.max_tokens, help="padded source tokens per batch")
@@ -99,6 +103,7 @@ def main(argv: list[str], prog: str) -> int:
 
     check_translation_folder(resolve_model(settings.model), ctranslate2=settings.backend == "ctranslate2")
     settings.to_environment()
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # read when a worker loads torch: idle threads sleep
     with tempfile.TemporaryDirectory(prefix="serve-metrics-") as metrics:
         os.environ.setdefault("PROMETHEUS_MULTIPROC_DIR", metrics)  # /metrics sums the workers
         run("hf_vanilla_transformer.serve.app:from_environment", args)
@@ -115,8 +120,10 @@ def settings_of(args):
     settings = Settings(**{f.name: getattr(args, f.name) for f in fields(Settings) if hasattr(args, f.name)}).check()
     if args.workers < 1:
         raise InputError(f"--workers must be at least 1, got {args.workers}.")
-    if settings.threads is None and args.workers > 1:
-        settings.threads = max(1, (os.cpu_count() or 1) // args.workers)
+    if settings.threads is None:
+        # A core left to the event loop: OpenMP threads that wait for a core it holds stall every operation.
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+        settings.threads = max(1, cores // args.workers - 1)
     if settings.api_keys:
         read_api_keys(settings.api_keys)
     return settings

@@ -3,8 +3,10 @@
 The runner takes every request waiting, translates their lines as the translate command translates a window of a file
 (`Translator.encode`, translate's token-budget batches over the pieces of all of them, `backend.generate`,
 `Translator.decode`), and answers each request as soon as its last piece is done: each gets exactly its own lines, in
-order. When it finds the queue short it waits up to `max_wait` seconds from the first request's arrival for company,
-so a lone request is barely delayed and concurrent ones share batches. Requests that ask for other decoding options
+order. When fewer requests wait than the last round had clients (those it answered come back with their next requests,
+and those that arrived meanwhile), it waits for them up to `max_wait` seconds after the round (or after the first
+request's arrival): a lone client is not delayed, and concurrent clients fill batches together rather than in
+alternating halves. Requests that ask for other decoding options
 (beams, n-best, sentence splitting) are batched with their own kind.
 
 A batch that raises is retried request by request, so that only the request whose text fails gets the error; the
@@ -78,6 +80,7 @@ class Runner:
         )
         self.observe = observe  # called after each batch with sentences=, tokens=, generated=, seconds=
         self.waiting: list[Job] = []
+        self.expected, self.round_end = 1, 0.0  # clients seen in the last round, when it ended
         self.condition = threading.Condition()
         self.stopping = False
         self.thread = threading.Thread(target=self._run, name="model-runner", daemon=True)
@@ -105,16 +108,18 @@ class Runner:
                 self.condition.wait()
             if not self.waiting:
                 return None
-            first = self.waiting[0].arrived
-            while not self.stopping and self._short() and (left := first + self.max_wait - time.monotonic()) > 0:
+            deadline = max(self.waiting[0].arrived, self.round_end) + self.max_wait
+            while not self.stopping and self._short() and (left := deadline - time.monotonic()) > 0:
                 self.condition.wait(left)
             jobs, self.waiting = self.waiting, []
         return jobs
 
     def _short(self) -> bool:
-        """Whether the waiting lines would not yet fill a batch (counting a line as one short sentence)."""
+        """Whether fewer requests wait than the clients of the last round (those it answered, coming back with their
+        next requests, and those that waited meanwhile), and their lines would not yet fill a batch (counting a line
+        as one short sentence)."""
         lines = sum(len(job.lines) for job in self.waiting)
-        return lines < (self.batch_size or (self.max_tokens or 0) // 16 or 1)
+        return len(self.waiting) < self.expected and lines < (self.batch_size or (self.max_tokens or 0) // 16 or 1)
 
     def _run(self) -> None:
         while (jobs := self._take()) is not None:
@@ -128,6 +133,8 @@ class Runner:
                     logger.exception("The runner failed on a group of requests")
                     for job in group:
                         self._finish(job, TranslationFailed(error))
+            with self.condition:
+                self.expected, self.round_end = len(jobs) + len(self.waiting), time.monotonic()
 
     def _translate(self, options: Options, jobs: list[Job]) -> None:
         try:

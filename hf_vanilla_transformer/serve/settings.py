@@ -31,7 +31,7 @@ class Settings:
     # Batching across requests.
     max_tokens: int | None = 3000  # padded source tokens per batch, as translate's default
     batch_size: int | None = None
-    max_wait_ms: float = 5.0
+    max_wait_ms: float = 10.0
     # Limits.
     max_queue: int = 256  # translation requests admitted at once; more get 503
     max_chars: int = 10_000  # characters per request; more get 413
