@@ -19,8 +19,10 @@ Clients are asyncio tasks in this process (httpx), each sending one German sente
 request (`POST /translate`, JSON, LibreTranslate's fields) and the next as soon as the answer comes. Every level is
 bounded in time (`--seconds`) and requests (`--max_requests`), after an untimed warm-up; a request that fails or
 takes longer than `--timeout` counts as failed. Reported per level: sentences/s (answered sentences over the level's
-wall time), latency p50/p95/p99, failures. The soak drives `serve` at `--soak_clients` clients for `--soak_minutes`
-and samples the server's resident memory (RSS) every few seconds: its growth from the first sample to the last.
+wall time), latency p50/p95/p99, failures, and answered sentences per CPU-second of the server process (which other
+users of a shared machine stretch far less than the wall clock; spinning threads count). The soak drives `serve` at
+`--soak_clients` clients for `--soak_minutes` and samples the server's resident memory (RSS) every few seconds: its
+growth from the first sample to the last.
 Clients and servers share the machine's cores, as they would on one host.
 """
 
@@ -164,6 +166,14 @@ def summary(results, wall: float) -> dict:
     return row
 
 
+def cpu_seconds(pid: int) -> float:
+    """CPU time of the server process, all its threads: what other users of a shared machine cannot stretch."""
+    import psutil
+
+    times = psutil.Process(pid).cpu_times()
+    return times.user + times.system
+
+
 def rss(pid: int) -> int:
     import psutil
 
@@ -241,8 +251,14 @@ def main(argv=None):
             asyncio.run(drive(url, sentences, 8, 60, 32, args.timeout))  # warm-up, untimed
             levels = results["systems"][system] = {}
             for clients in args.clients:
+                before = cpu_seconds(process.pid)
                 outcome = asyncio.run(drive(url, sentences, clients, args.seconds, args.max_requests, args.timeout))
-                levels[str(clients)] = summary(*outcome)
+                level = levels[str(clients)] = summary(*outcome)
+                level["server_cpu_seconds"] = round(cpu_seconds(process.pid) - before, 2)
+                level["load_average"] = round(os.getloadavg()[0], 1)  # of the last minute: other users' share
+                level["sentences_per_cpu_s"] = round(
+                    (level["requests"] - level["failed"]) / max(level["server_cpu_seconds"], 1e-9), 2
+                )
                 print(f"{system}, {clients} clients: {levels[str(clients)]}", file=sys.stderr)
             if system == "serve" and args.soak_minutes > 0:
                 results["soak"] = soak(url, process.pid, sentences, args.soak_clients, args.soak_minutes, args.timeout)
@@ -299,13 +315,15 @@ def format_table(results: dict) -> str:
         f"{results['cpu']}, {results['cpu_count']} CPUs; commit {results['commit']}; load average "
         f"{results['load_average_before'][0]:.1f} before, {results['load_average_after'][0]:.1f} after",
         "",
-        "| system | clients | sentences/s | p50 (s) | p95 (s) | p99 (s) | requests | failed |",
-        "|---|---|---|---|---|---|---|---|",
+        "| system | clients | sentences/s | p50 (s) | p95 (s) | p99 (s) | requests | failed | sentences per server CPU s "
+        "| load average |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for system, levels in results["systems"].items():
         for clients, row in levels.items():
             cells = [SYSTEMS[system], clients, row["sentences_per_s"], *(row.get(f"p{q}_s", "") for q in (50, 95, 99))]
-            out.append("| " + " | ".join(str(c) for c in [*cells, row["requests"], row["failed"]]) + " |")
+            cells += [row["requests"], row["failed"], row["sentences_per_cpu_s"], row["load_average"]]
+            out.append("| " + " | ".join(str(c) for c in cells) + " |")
     if "soak" in results:
         s = results["soak"]
         out += [
