@@ -126,11 +126,15 @@ def free_port() -> int:
 # ------------------------------------------------------------------------------------------------------ clients
 
 
-async def drive(url: str, sentences: list[str], clients: int, seconds: float, max_requests: int, timeout: float):
-    """`clients` concurrent clients for `seconds` (or `max_requests` requests): [(latency, ok)], wall seconds."""
+async def drive(
+    url: str, sentences: list[str], clients: int, seconds: float, max_requests: int, timeout: float, failures=None
+):
+    """`clients` concurrent clients for `seconds` (or `max_requests` requests): [(latency, ok)], wall seconds; why
+    requests failed is counted into `failures`."""
     import httpx
 
     results, start = [], time.perf_counter()
+    failures = {} if failures is None else failures
     deadline = start + seconds
     limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
     async with httpx.AsyncClient(limits=limits, timeout=timeout) as client:
@@ -143,9 +147,12 @@ async def drive(url: str, sentences: list[str], clients: int, seconds: float, ma
                 try:
                     response = await client.post(f"{url}/translate", json=body)
                     ok = response.status_code == 200 and "translatedText" in response.json()
-                except httpx.HTTPError:
-                    ok = False
+                    why = None if ok else f"HTTP {response.status_code}: {response.text[:200]}"
+                except httpx.HTTPError as error:
+                    ok, why = False, f"{type(error).__name__}: {error}"
                 results.append((time.perf_counter() - sent, ok))
+                if why:
+                    failures[why] = failures.get(why, 0) + 1
                 i += clients
 
         await asyncio.gather(*(client_loop(k) for k in range(clients)))
@@ -182,11 +189,11 @@ def rss(pid: int) -> int:
 
 def soak(url: str, pid: int, sentences, clients: int, minutes: float, timeout: float) -> dict:
     """Drive the server for `minutes`, sampling its RSS every `interval` seconds."""
-    samples, failed, requests = [], 0, 0
+    samples, failed, requests, failures = [], 0, 0, {}
     interval = max(1.0, minutes * 60 / 60)
     end = time.monotonic() + minutes * 60
     while (left := end - time.monotonic()) > 0:
-        results, _ = asyncio.run(drive(url, sentences, clients, min(interval, left), 10**9, timeout))
+        results, _ = asyncio.run(drive(url, sentences, clients, min(interval, left), 10**9, timeout, failures))
         requests += len(results)
         failed += sum(not ok for _, ok in results)
         samples.append(rss(pid))
@@ -201,6 +208,7 @@ def soak(url: str, pid: int, sentences, clients: int, minutes: float, timeout: f
         rss_max_mb=round(max(samples) / 2**20, 1),
         rss_growth_percent=round(100 * (last - first) / first, 2),
         samples=len(samples),
+        **({"failures": failures} if failures else {}),
     )
 
 
@@ -251,9 +259,11 @@ def main(argv=None):
             asyncio.run(drive(url, sentences, 8, 60, 32, args.timeout))  # warm-up, untimed
             levels = results["systems"][system] = {}
             for clients in args.clients:
-                before = cpu_seconds(process.pid)
-                outcome = asyncio.run(drive(url, sentences, clients, args.seconds, args.max_requests, args.timeout))
-                level = levels[str(clients)] = summary(*outcome)
+                before, failures = cpu_seconds(process.pid), {}
+                outcome = drive(url, sentences, clients, args.seconds, args.max_requests, args.timeout, failures)
+                level = levels[str(clients)] = summary(*asyncio.run(outcome))
+                if failures:
+                    level["failures"] = failures
                 level["server_cpu_seconds"] = round(cpu_seconds(process.pid) - before, 2)
                 level["load_average"] = round(os.getloadavg()[0], 1)  # of the last minute: other users' share
                 level["sentences_per_cpu_s"] = round(
