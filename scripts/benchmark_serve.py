@@ -173,6 +173,19 @@ def summary(results, wall: float) -> dict:
     return row
 
 
+def batch_counts(url: str) -> tuple[float, float] | None:
+    """(model batches, their sentences) so far, from this package's server's /metrics; None from another server."""
+    import httpx
+
+    metrics = httpx.get(f"{url}/metrics", timeout=60)
+    if metrics.status_code != 200:
+        return None
+    values = dict(
+        line.split() for line in metrics.text.splitlines() if line.startswith("translation_batch_sentences_")
+    )
+    return float(values["translation_batch_sentences_count"]), float(values["translation_batch_sentences_sum"])
+
+
 def cpu_seconds(pid: int) -> float:
     """CPU time of the server process, all its threads: what other users of a shared machine cannot stretch."""
     import psutil
@@ -259,9 +272,12 @@ def main(argv=None):
             asyncio.run(drive(url, sentences, 8, 60, 32, args.timeout))  # warm-up, untimed
             levels = results["systems"][system] = {}
             for clients in args.clients:
-                before, failures = cpu_seconds(process.pid), {}
+                before, batches, failures = cpu_seconds(process.pid), batch_counts(url), {}
                 outcome = drive(url, sentences, clients, args.seconds, args.max_requests, args.timeout, failures)
                 level = levels[str(clients)] = summary(*asyncio.run(outcome))
+                if batches:
+                    (count, total), (count_before, total_before) = batch_counts(url), batches
+                    level["mean_batch_sentences"] = round((total - total_before) / max(count - count_before, 1), 1)
                 if failures:
                     level["failures"] = failures
                 level["server_cpu_seconds"] = round(cpu_seconds(process.pid) - before, 2)
@@ -326,13 +342,14 @@ def format_table(results: dict) -> str:
         f"{results['load_average_before'][0]:.1f} before, {results['load_average_after'][0]:.1f} after",
         "",
         "| system | clients | sentences/s | p50 (s) | p95 (s) | p99 (s) | requests | failed | sentences per server CPU s "
-        "| load average |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| sentences per batch | load average |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for system, levels in results["systems"].items():
         for clients, row in levels.items():
             cells = [SYSTEMS[system], clients, row["sentences_per_s"], *(row.get(f"p{q}_s", "") for q in (50, 95, 99))]
-            cells += [row["requests"], row["failed"], row["sentences_per_cpu_s"], row["load_average"]]
+            cells += [row["requests"], row["failed"], row["sentences_per_cpu_s"], row.get("mean_batch_sentences", "")]
+            cells.append(row["load_average"])
             out.append("| " + " | ".join(str(c) for c in cells) + " |")
     if "soak" in results:
         s = results["soak"]
