@@ -411,3 +411,87 @@ def require_bf16() -> None:
     """Skip, saying why, on a GPU without bf16 (compute capability below 8.0)."""
     if not torch.cuda.is_bf16_supported(including_emulation=False):
         pytest.skip(f"{torch.cuda.get_device_name()} has no bf16 (compute capability below 8.0)")
+
+
+# ----------------------------------------------------------------------------------------------- the HTTP server
+
+
+@functools.cache
+def serving_model_dir() -> Path:
+    """A tiny model trained to translate the six German sentences of `SENTENCES` (80 Adam steps, about a second),
+    decoding with beam 4 and length penalty 0.6, its folder recording German -> English as training does."""
+    from types import SimpleNamespace
+
+    from hf_vanilla_transformer.data.trained_on import record_trained_on
+
+    german, english = SENTENCES[0::2], SENTENCES[1::2]
+    tokenizer = tiny_tokenizer()
+    torch.manual_seed(0)
+    config = VanillaTransformerConfig(vocab_size=len(tokenizer), **{**SMALL_TRANSLATOR, "d_model": 32})
+    model = VanillaTransformerForConditionalGeneration(config)
+    batch = tokenizer(german, text_target=english, padding=True, return_tensors="pt")
+    labels = batch["labels"].masked_fill(batch["labels"] == tokenizer.pad_token_id, -100)
+    optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
+    with one_thread():
+        for _ in range(80):
+            model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], labels=labels).loss.backward()
+            optimizer.step()
+            optimizer.zero_grad()
+    model.generation_config = config.paper_generation_config(max_length=24)
+    languages = dict(source_lang="de", target_lang="en", max_source_length=None, max_target_length=None)
+    record_trained_on(model.generation_config, SimpleNamespace(**languages))
+    folder = Path(_FOLDER.name) / "serving"
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+class ServerProcess:
+    """`hf-vanilla-transformer serve ARGS` (or `python -m MODULE ARGS`) on a free loopback port, output in `log`."""
+
+    def __init__(self, *args, log: Path, module: str = "hf_vanilla_transformer", env: dict | None = None):
+        self.port, self.log = free_port(), Path(log)
+        self.url = f"http://127.0.0.1:{self.port}"
+        command = [sys.executable, "-m", module, *(["serve"] if module == "hf_vanilla_transformer" else [])]
+        command += [*map(str, args), "--port", str(self.port)]
+        environment = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", **(env or {})}
+        with open(self.log, "wb") as output:
+            self.process = subprocess.Popen(
+                command, cwd=ROOT, env=environment, stdin=subprocess.DEVNULL, stdout=output, stderr=subprocess.STDOUT
+            )
+
+    def wait_ready(self, limit: float = 300) -> "ServerProcess":
+        """Until `GET /health` answers 200 (a bound against a hung start, not a timing the test depends on)."""
+        import time
+
+        import httpx
+
+        deadline = time.monotonic() + limit
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise AssertionError(f"the server exited with {self.process.returncode}:\n{self.output()[-3000:]}")
+            try:
+                if httpx.get(f"{self.url}/health", timeout=5).status_code == 200:
+                    return self
+            except httpx.TransportError:
+                pass
+            time.sleep(0.1)
+        raise AssertionError(f"the server did not start:\n{self.output()[-3000:]}")
+
+    def output(self) -> str:
+        return self.log.read_text(encoding="utf-8", errors="replace")
+
+    def stop(self) -> int:
+        if self.process.poll() is None:
+            self.process.terminate()
+        return self.process.wait(timeout=120)
+
+
+@contextlib.contextmanager
+def running_server(*args, **kwargs):
+    """A `ServerProcess`, ready, stopped at the end."""
+    server = ServerProcess(*args, **kwargs)
+    try:
+        yield server.wait_ready()
+    finally:
+        server.stop()

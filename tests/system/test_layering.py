@@ -13,7 +13,7 @@ from tests.helpers import MODEL_CODE_FILES
 PACKAGE = Path(__file__).resolve().parents[2] / "hf_vanilla_transformer"
 # Rooms from the bottom up: a module may import its own room and the rooms below it. `errors` (the one error type) is
 # at the bottom; the command-line entry point at the top.
-LAYERS = ["errors", "model", "data", "training", "interop", "translate", "hub", "recipes", "demo", "cli"]
+LAYERS = ["errors", "model", "data", "training", "interop", "translate", "hub", "recipes", "demo", "serve", "cli"]
 TOP_LEVEL = {"__init__.py", "__main__.py", "cli.py", "errors.py"}
 
 
@@ -44,7 +44,7 @@ MODULES = sorted(PACKAGE.rglob("*.py"))
 def test_the_package_top_holds_only_the_public_api_the_entry_point_and_the_error_type():
     assert {path.name for path in PACKAGE.glob("*.py")} == TOP_LEVEL
     rooms = {path.name for path in PACKAGE.iterdir() if path.is_dir() and path.name != "__pycache__"}
-    assert rooms == {"model", "data", "training", "recipes", "translate", "interop", "hub", "demo"}
+    assert rooms == {"model", "data", "training", "recipes", "translate", "interop", "hub", "demo", "serve"}
 
 
 def test_the_model_room_is_the_remote_code_files():

@@ -1,0 +1,206 @@
+"""The model runner: one thread owns the translator; requests hand it their lines and wait for their translations.
+
+The runner takes every request waiting, translates their lines as the translate command translates a window of a file
+(`Translator.encode`, translate's token-budget batches over the pieces of all of them, `backend.generate`,
+`Translator.decode`), and answers each request as soon as its last piece is done: each gets exactly its own lines, in
+order. When fewer requests wait than the last round had clients (those it answered come back with their next requests,
+and those that arrived meanwhile), it waits for them up to `max_wait` seconds after the round (or after the first
+request's arrival): a lone client is not delayed, and concurrent clients fill batches together rather than in
+alternating halves. Requests that ask for other decoding options
+(beams, n-best, sentence splitting) are batched with their own kind.
+
+A batch that raises is retried request by request, so that only the request whose text fails gets the error; the
+runner goes on. Requests whose caller has given up (timeout, disconnect) are skipped.
+"""
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from ..errors import InputError
+from ..translate.io import LineTranslation, make_batches
+
+
+logger = logging.getLogger("hf_vanilla_transformer.serve")
+
+
+@dataclass(frozen=True)
+class Options:
+    """Decoding options of a request; None keeps the server's."""
+
+    num_beams: int | None = None
+    length_penalty: float | None = None
+    nbest: int = 1
+    split_sentences: bool | None = None
+
+
+class TranslationFailed(Exception):
+    """The engine failed on a request's text (answered as 500, the cause in the server's log)."""
+
+    def __init__(self, cause: BaseException):
+        super().__init__(f"{type(cause).__name__}: {cause}")
+        self.kind = type(cause).__name__
+
+
+@dataclass(eq=False)
+class Job:
+    """One request's lines; `settle(result)` is called once, from the runner thread, with the list of
+    `LineTranslation` or an exception (`InputError`: the text cannot be translated; `TranslationFailed`)."""
+
+    lines: list[str]
+    options: Options
+    settle: Callable[[object], None]
+    scores: bool = False
+    arrived: float = field(default_factory=time.monotonic)
+    abandoned: bool = False  # the caller stopped waiting: skip what is left
+    encoded: list = None
+    results: dict = field(default_factory=dict)  # (line, piece) -> hypotheses
+    remaining: int = 0
+    done: bool = False
+
+
+class Runner:
+    """`submit` from any thread; `translator_for(options)` gives the translator of a kind of request."""
+
+    def __init__(
+        self,
+        translator_for: Callable[[Options], object],
+        max_tokens: int | None,
+        batch_size: int | None,
+        max_wait: float,
+        observe: Callable[..., None] = lambda **_: None,
+    ):
+        self.translator_for, self.max_tokens, self.batch_size, self.max_wait = (
+            translator_for,
+            max_tokens,
+            batch_size,
+            max_wait,
+        )
+        self.observe = observe  # called after each batch with sentences=, tokens=, generated=, seconds=
+        self.waiting: list[Job] = []
+        self.expected, self.round_end = 1, 0.0  # clients seen in the last round, when it ended
+        self.condition = threading.Condition()
+        self.stopping = False
+        self.thread = threading.Thread(target=self._run, name="model-runner", daemon=True)
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def submit(self, job: Job) -> None:
+        with self.condition:
+            if self.stopping:
+                raise RuntimeError("the runner is stopped")
+            self.waiting.append(job)
+            self.condition.notify()
+
+    def stop(self, timeout: float | None = None) -> None:
+        """Translate what is waiting, then end the thread."""
+        with self.condition:
+            self.stopping = True
+            self.condition.notify()
+        self.thread.join(timeout)
+
+    def _take(self) -> list[Job] | None:
+        with self.condition:
+            while not self.waiting and not self.stopping:
+                self.condition.wait()
+            if not self.waiting:
+                return None
+            deadline = max(self.waiting[0].arrived, self.round_end) + self.max_wait
+            while not self.stopping and self._short() and (left := deadline - time.monotonic()) > 0:
+                self.condition.wait(left)
+            jobs, self.waiting = self.waiting, []
+        return jobs
+
+    def _short(self) -> bool:
+        """Whether fewer requests wait than the clients of the last round (those it answered, coming back with their
+        next requests, and those that waited meanwhile), and their lines would not yet fill a batch (counting a line
+        as one short sentence)."""
+        lines = sum(len(job.lines) for job in self.waiting)
+        return len(self.waiting) < self.expected and lines < (self.batch_size or (self.max_tokens or 0) // 16 or 1)
+
+    def _run(self) -> None:
+        while (jobs := self._take()) is not None:
+            kinds: dict[Options, list[Job]] = {}
+            for job in jobs:
+                kinds.setdefault(job.options, []).append(job)
+            for options, group in kinds.items():
+                try:
+                    self._translate(options, group)
+                except Exception as error:  # a bug: fail these requests, keep serving the others
+                    logger.exception("The runner failed on a group of requests")
+                    for job in group:
+                        self._finish(job, TranslationFailed(error))
+            with self.condition:
+                self.expected, self.round_end = len(jobs) + len(self.waiting), time.monotonic()
+
+    def _translate(self, options: Options, jobs: list[Job]) -> None:
+        try:
+            translator = self.translator_for(options)
+        except InputError as error:
+            for job in jobs:
+                self._finish(job, error)
+            return
+        live = []
+        for job in jobs:
+            if job.abandoned:
+                continue
+            try:
+                job.encoded = translator.encode(job.lines)
+            except InputError as error:
+                self._finish(job, error)
+                continue
+            job.remaining = sum(len(line.ids) for line in job.encoded)
+            if job.remaining:
+                live.append(job)
+            else:
+                self._complete(translator, job)
+        pieces = [
+            (job, (i, k), ids) for job in live for i, line in enumerate(job.encoded) for k, ids in enumerate(line.ids)
+        ]
+        for batch in make_batches([len(ids) for _, _, ids in pieces], self.max_tokens, self.batch_size):
+            batch = [pieces[j] for j in batch if not pieces[j][0].done and not pieces[j][0].abandoned]
+            if batch:
+                self._generate(translator, batch)
+
+    def _generate(self, translator, batch: list) -> None:
+        sources = [ids for _, _, ids in batch]
+        start = time.perf_counter()
+        try:
+            hypotheses = translator.backend.generate(
+                sources, [translator.limit(len(s)) for s in sources], scores=any(job.scores for job, _, _ in batch)
+            )
+        except Exception as error:
+            owners = list(dict.fromkeys(job for job, _, _ in batch))
+            if len(owners) == 1:
+                self._finish(owners[0], TranslationFailed(error))
+                return
+            for job in owners:  # find whose text fails: each request's pieces on their own
+                self._generate(translator, [piece for piece in batch if piece[0] is job])
+            return
+        self.observe(
+            sentences=len(batch),
+            tokens=len(batch) * max(map(len, sources)),
+            generated=sum(len(hs[0].token_ids) for hs in hypotheses if hs),
+            seconds=time.perf_counter() - start,
+        )
+        for (job, place, _), hs in zip(batch, hypotheses):
+            job.results[place] = hs
+            job.remaining -= 1
+            if not job.remaining:
+                self._complete(translator, job)
+
+    def _complete(self, translator, job: Job) -> None:
+        by_line = [[job.results[(i, k)] for k in range(len(line.ids))] for i, line in enumerate(job.encoded)]
+        try:
+            translations: list[LineTranslation] = translator.decode(job.lines, job.encoded, by_line)
+        except Exception as error:
+            translations = TranslationFailed(error)
+        self._finish(job, translations)
+
+    def _finish(self, job: Job, result) -> None:
+        if not job.done:
+            job.done = True
+            job.settle(result)
