@@ -36,7 +36,7 @@ from transformers import (
 
 from ..data.trained_on import FIELD
 from ..errors import InputError
-from ..model.modeling_vanilla_transformer import CACHE_NAME
+from ..model.modeling_vanilla_transformer import CACHE_NAME, VanillaTransformerForConditionalGeneration
 
 
 # Generation settings that change nothing here or that this module applies (see the docstring).
@@ -157,6 +157,18 @@ class _Search:
 
     def logits(self, tokens: torch.Tensor) -> torch.Tensor:
         """(rows, vocab) float32 logits of the next token after `tokens` (rows,)."""
+        if isinstance(self.model, VanillaTransformerForConditionalGeneration):
+            # This package's model is its decoder and the output projection: called directly, a step skips two
+            # wrappers and two output objects, a tenth of a step's time on a CPU at batch 1.
+            outputs = self.model.get_decoder()(
+                input_ids=tokens[:, None],
+                encoder_hidden_states=self.encoder_outputs.last_hidden_state,
+                encoder_attention_mask=self.encoder_outputs.padding_mask,
+                use_cache=True,
+                **{CACHE_NAME: self.cache},
+            )
+            self.cache = outputs[CACHE_NAME]
+            return self.model.get_output_embeddings()(outputs.last_hidden_state[:, -1, :]).float()
         outputs = self.model(
             encoder_outputs=self.encoder_outputs,
             attention_mask=self.attention_mask,
