@@ -350,3 +350,19 @@ def test_a_users_corpus_trains_its_epochs_and_its_long_pairs_are_counted(tmp_pat
     assert report["long_pairs"]["train"]["truncated"] == 3 and report["train_samples"] == 19
     with pytest.raises(InputError, match=r"train pair 17 \('Guten Morgen! Guten Morgen!.*\) has \d+ source and"):
         run_training("--output_dir", tmp_path / "error", *common, "--long_pairs", "error")
+
+
+def test_the_closing_note_names_the_reason_for_low_scores():
+    from hf_vanilla_transformer.recipes.translation import DEMO_BLEU, DEMO_STEPS, closing_note, repeated_phrase
+
+    good = ["I don't have time today.", "Where is the station?"]
+    assert closing_note(DEMO_BLEU - 0.5, DEMO_STEPS, 4.9, good, demo=True) is None
+    assert "undertrained model: it trained only 3 steps" in closing_note(0.1, 3, 0.01, ["", "the the the"], demo=True)
+    looping = ["I don't have time today.", "Where is the station station station station?"]
+    note = closing_note(3.0, DEMO_STEPS, 4.9, looping, demo=True)
+    assert note.startswith("The translations look broken") and "'station'" in note and "undertrained" not in note
+    note = closing_note(29.4, DEMO_STEPS, 4.9, good, demo=True)
+    assert note.startswith(f"Test BLEU 29.40 is far below the {DEMO_BLEU:.2f}") and "undertrained" not in note
+    assert closing_note(29.4, DEMO_STEPS, 4.9, good, demo=False) is None  # a user's corpus has no recorded figure
+    assert repeated_phrase("go home go home go home now") == "go home"
+    assert repeated_phrase("It is very, very cold.") is None
