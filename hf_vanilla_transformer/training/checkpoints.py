@@ -81,11 +81,8 @@ def last_checkpoints(run_dir: str | Path, n: int) -> list[Path]:
     return found[-n:]
 
 
-def average_checkpoints(checkpoints: list[str | Path], output_dir: str | Path, overwrite: bool = False) -> Path:
-    """Write the element-wise mean of the checkpoints' weights as a normal model folder.
-
-    Configs, code and tokenizer files are copied from the last checkpoint, so `from_pretrained(output_dir)` loads it.
-    """
+def mean_weights(checkpoints: list[str | Path]) -> dict[str, torch.Tensor]:
+    """The element-wise mean of the checkpoints' `model.safetensors` weights (summed in float64)."""
     if not checkpoints:
         raise InputError("No checkpoints to average.")
     checkpoints = [Path(c) for c in checkpoints]
@@ -106,12 +103,31 @@ def average_checkpoints(checkpoints: list[str | Path], output_dir: str | Path, o
             raise InputError(f"{weights_file} has different tensors from {checkpoints[0] / 'model.safetensors'}.")
         for k, v in weights.items():
             total[k] += v.double()
-    average = {k: (v / len(checkpoints)).to(reference[k].dtype) for k, v in total.items()}
+    return {k: (v / len(checkpoints)).to(reference[k].dtype) for k, v in total.items()}
 
+
+def average_checkpoints(checkpoints: list[str | Path], output_dir: str | Path, overwrite: bool = False) -> Path:
+    """Write the element-wise mean of the checkpoints' weights as a normal model folder.
+
+    Configs, code and tokenizer files are copied from the last checkpoint, so `from_pretrained(output_dir)` loads it.
+    """
+    average = mean_weights(checkpoints)
     output_dir = new_output_dir(output_dir, overwrite)
-    for item in model_files(checkpoints[-1]):
+    for item in model_files(Path(checkpoints[-1])):
         if item.suffix != ".safetensors":
             shutil.copy2(item, output_dir / item.name)
     # Written by Python rather than safetensors' save_file, which gives the file mode 0600 whatever the umask.
     (output_dir / "model.safetensors").write_bytes(save(average, metadata={"format": "pt"}))
     return output_dir
+
+
+def load_average(model: torch.nn.Module, checkpoints: list[str | Path]) -> None:
+    """Put the mean of the checkpoints' weights into `model` (the run that saved them). Tied weights, saved once,
+    follow the tensor they share."""
+    average = mean_weights(checkpoints)
+    missing, unexpected = model.load_state_dict(average, strict=False)
+    state = model.state_dict()
+    loaded = {state[name].data_ptr() for name in average if name in state}
+    untied = [name for name in missing if state[name].data_ptr() not in loaded]
+    if unexpected or untied:
+        raise InputError(f"{checkpoints[-1]} does not hold this model's weights: {sorted(unexpected or untied)[:3]}.")

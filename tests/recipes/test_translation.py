@@ -138,6 +138,8 @@ def test_checkpoint_averaging_writes_a_loadable_model_with_the_mean_weights(tmp_
         "no",
         "--per_device_train_batch_size",
         4,
+        "--average_last",
+        3,
     )
     checkpoints = last_checkpoints(tmp_path / "run", 3)
     assert [c.name for c in checkpoints] == ["checkpoint-2", "checkpoint-4", "checkpoint-6"]
@@ -147,6 +149,12 @@ def test_checkpoint_averaging_writes_a_loadable_model_with_the_mean_weights(tmp_
     for name, param in averaged.named_parameters():
         expected = sum(dict(m.named_parameters())[name] for m in models) / 3
         torch.testing.assert_close(param, expected, atol=1e-6, rtol=1e-6)
+    # --average_last 3: the run's own model is that mean, and its report names the checkpoints
+    final = dict(AutoModelForSeq2SeqLM.from_pretrained(tmp_path / "run").named_parameters())
+    for name, param in averaged.named_parameters():
+        torch.testing.assert_close(final[name], param, atol=0, rtol=0)
+    report = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    assert report["training"]["averaged_checkpoints"] == ["checkpoint-2", "checkpoint-4", "checkpoint-6"]
     assert AutoTokenizer.from_pretrained(tmp_path / "avg")("Ja.")["input_ids"]
     with pytest.raises(InputError, match=r"--last 5: .* has 3 checkpoint-<step> folder\(s\), fewer than 5"):
         last_checkpoints(tmp_path / "run", 5)
@@ -305,11 +313,12 @@ def test_the_demos_settings_switch_off_with_a_users_corpus(tmp_path, capsys):
     from hf_vanilla_transformer.recipes.translation import DEMO_STEPS, EXAMPLES, parse_args
 
     _, _, recipe, training = parse_args([])
-    assert training.max_steps == DEMO_STEPS and recipe.translate == EXAMPLES
+    assert training.max_steps == DEMO_STEPS and recipe.translate == EXAMPLES and recipe.average_last == 3
     assert training.output_dir == "outputs/demo-de-en"
     own = ["--train_file", "data/train.de", "data/train.en", "--num_train_epochs", "1"]
     _, data, recipe, training = parse_args([*own, "--output_dir", str(tmp_path / "mine")])
     assert training.max_steps == -1 and training.num_train_epochs == 1 and recipe.translate is None
+    assert recipe.average_last == 0
     assert data.train_file == ["data/train.de", "data/train.en"]
     with pytest.raises(InputError, match=r"--output_dir: name the folder .* \(outputs/demo-de-en is the demo's\)"):
         parse_args(own)
