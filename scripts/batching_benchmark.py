@@ -75,7 +75,7 @@ def batches(strategy: str, source: np.ndarray, target: np.ndarray, max_tokens: i
     if strategy == "tokens":
         return list(TokenBatchSampler(source, target, max_tokens, seed=SEED))
     if strategy == "grouped":
-        order = list(SeededLengthGroupedSampler(SENTENCES, source + target, seed=SEED))
+        order = list(SeededLengthGroupedSampler(SENTENCES, source, seed=SEED))  # by source length, as the trainer
     else:
         order = torch.randperm(len(source), generator=torch.Generator().manual_seed(SEED)).tolist()
     return [order[i : i + SENTENCES] for i in range(0, len(order), SENTENCES)]

@@ -184,7 +184,7 @@ def tokenize_corpus(
     num_proc: int | None = None,
 ) -> DatasetDict:
     """Token ids for every split: `input_ids` and `labels` (whole: [`limit_lengths`] applies the length limits; the
-    collator pads labels with -100) and `length` (source + target tokens, for length-grouped batching), as int32.
+    collator pads labels with -100) and `length` (source + target tokens), as int32.
     `limits` caps the size of a split; `num_proc` processes tokenize at once. The result is cached by `datasets`."""
     if type(tokenizer) is PreTrainedTokenizerFast:  # this package's BPE (or any plain tokenizer.json): encoded in
         backend = Tokenizer.from_str(tokenizer.backend_tokenizer.to_str())  # Rust, without transformers' per-call work

@@ -27,6 +27,7 @@ TRAINING_ROWS = {
     "label_smoothing": "Label smoothing",
     "hardware": "Hardware",
     "runtime_seconds": "Training time",
+    "averaged_checkpoints": "Final weights",
 }
 
 
@@ -103,7 +104,9 @@ def make_model_card(
         results=[(name, f"{value:.1f}") for _, name, value in scores],
         num_samples=test.get("num_samples"),
         decoding=" and ".join(part for part in decoding if part),
-        training=[(TRAINING_ROWS[key], _format(key, training[key])) for key in TRAINING_ROWS if key in training],
+        training=[
+            (TRAINING_ROWS[key], _format(key, training[key])) for key in TRAINING_ROWS if training.get(key, []) != []
+        ],
         command=metrics.get("command"),
         dataset_name=dataset_name,
         dataset_license=dataset.get("license"),
@@ -147,6 +150,8 @@ def _architecture_rows(model_dir: Path, config: dict) -> list[tuple[str, str]]:
 def _format(key: str, value) -> str:
     if key == "runtime_seconds" and isinstance(value, (int, float)):
         return f"{value / 60:.0f} min" if value >= 60 else f"{value:.0f} s"
+    if key == "averaged_checkpoints":
+        return f"the mean of {', '.join(value)} (section 6.1)"
     return f"{value:,}" if isinstance(value, int) and not isinstance(value, bool) else str(value)
 
 

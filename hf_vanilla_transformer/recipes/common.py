@@ -12,7 +12,11 @@ from ..model.configuration_vanilla_transformer import VanillaTransformerConfig
 # Section 5.3: Adam with beta1 = 0.9, beta2 = 0.98 and epsilon = 1e-9; the learning rate rises linearly over the
 # warm-up steps, then decays with the inverse square root of the step (transformers' `inverse_sqrt`).
 PAPER_OPTIMIZER = dict(
-    adam_beta1=0.9, adam_beta2=0.98, adam_epsilon=1e-9, weight_decay=0.0, lr_scheduler_type="inverse_sqrt"
+    adam_beta1=0.9,
+    adam_beta2=0.98,
+    adam_epsilon=1e-9,
+    weight_decay=0.0,
+    lr_scheduler_type="inverse_sqrt",
 )
 # Every head's demo: the paper's optimizer on the bundled corpus, a fixed number of steps (the same model on every
 # machine), logged and evaluated as it goes. Each head adds its own learning rate, batch and step count.

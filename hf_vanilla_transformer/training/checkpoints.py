@@ -97,18 +97,14 @@ def last_checkpoints(run_dir: str | Path, n: int) -> list[Path]:
     return found[-n:]
 
 
-def average_checkpoints(checkpoints: list[str | Path], output_dir: str | Path, overwrite: bool = False) -> Path:
-    """Write the element-wise mean of the checkpoints' weights as a normal model folder.
-
-    Configs, code and tokenizer files are copied from the last checkpoint, so `from_pretrained(output_dir)` loads it.
-    """
+def mean_weights(checkpoints: list[str | Path]) -> dict[str, torch.Tensor]:
+    """The element-wise mean of the checkpoints' `model.safetensors` weights (summed in float64)."""
     if not checkpoints:
         raise InputError("No checkpoints to average.")
     checkpoints = [Path(c) for c in checkpoints]
     for checkpoint in checkpoints:
         if not checkpoint.is_dir():
             raise InputError(f"{checkpoint}: no such checkpoint folder.")
-    check_output_dir(output_dir, overwrite)
     total, reference = None, None
     for checkpoint in checkpoints:
         weights_file = checkpoint / "model.safetensors"
@@ -129,8 +125,16 @@ def average_checkpoints(checkpoints: list[str | Path], output_dir: str | Path, o
                     "these are checkpoints of different models; average checkpoints of one run."
                 )
             total[k] += v.double()
-    average = {k: (v / len(checkpoints)).to(reference[k].dtype) for k, v in total.items()}
+    return {k: (v / len(checkpoints)).to(reference[k].dtype) for k, v in total.items()}
 
+
+def average_checkpoints(checkpoints: list[str | Path], output_dir: str | Path, overwrite: bool = False) -> Path:
+    """Write the element-wise mean of the checkpoints' weights as a normal model folder, whole or not at all.
+
+    Configs, code and tokenizer files are copied from the last checkpoint, so `from_pretrained(output_dir)` loads it.
+    """
+    check_output_dir(output_dir, overwrite)
+    average = mean_weights(checkpoints)
     with writes_folder(output_dir, overwrite) as folder:
         for item in model_files(checkpoints[-1]):
             if item.suffix != ".safetensors":
@@ -138,3 +142,15 @@ def average_checkpoints(checkpoints: list[str | Path], output_dir: str | Path, o
         # Written by Python rather than safetensors' save_file, which gives the file mode 0600 whatever the umask.
         (folder / "model.safetensors").write_bytes(save(average, metadata={"format": "pt"}))
     return Path(output_dir)
+
+
+def load_average(model: torch.nn.Module, checkpoints: list[str | Path]) -> None:
+    """Put the mean of the checkpoints' weights into `model` (the run that saved them). Tied weights, saved once,
+    follow the tensor they share."""
+    average = mean_weights(checkpoints)
+    missing, unexpected = model.load_state_dict(average, strict=False)
+    state = model.state_dict()
+    loaded = {state[name].data_ptr() for name in average if name in state}
+    untied = [name for name in missing if state[name].data_ptr() not in loaded]
+    if unexpected or untied:
+        raise InputError(f"{checkpoints[-1]} does not hold this model's weights: {sorted(unexpected or untied)[:3]}.")

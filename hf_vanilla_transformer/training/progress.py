@@ -50,6 +50,8 @@ class TrainingProgressCallback(TrainerCallback):
         return control
 
     def on_log(self, args, state, control, logs=None, **kwargs):
+        if self.first_step is None:  # an evaluation before any training
+            return
         done = state.global_step - self.first_step
         if state.is_world_process_zero and done > 0 and logs and "loss" in logs:
             total = self.total_steps(state)

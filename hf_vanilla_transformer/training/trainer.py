@@ -5,7 +5,6 @@ import copy
 import functools
 import inspect
 
-import numpy as np
 import torch
 from torch.utils.data import DataLoader
 from transformers import DataCollatorForSeq2Seq, ProgressCallback, Seq2SeqTrainer, TrainerCallback
@@ -71,8 +70,8 @@ class TranslationTrainer(Seq2SeqTrainer):
       about that many target tokens over all processes. The loss of an update is normalised by its real target
       tokens over every process and accumulation step (transformers' `num_items_in_batch`), so two processes give
       the losses of one process accumulating two batches. The log reports `target_tokens_per_update`.
-    - Otherwise length-grouped batches come from [`SeededLengthGroupedSampler`]. Both orders depend only on
-      (seed, epoch): resumed runs see the batches of the uninterrupted run.
+    - Otherwise batches of pairs of similar source length come from [`SeededLengthGroupedSampler`]. Both orders
+      depend only on (seed, epoch): resumed runs see the batches of the uninterrupted run.
     - A tokenizer (`processing_class`) that does not fit the model is refused before training starts.
     - Evaluation generates at most the paper's source length + 50 tokens per batch (as the translation pipeline does)
       unless `generation_max_length` or a generation argument sets a limit, and leaves the model's generation config
@@ -151,9 +150,10 @@ class TranslationTrainer(Seq2SeqTrainer):
         if self.args.train_sampling_strategy == "group_by_length" and {"input_ids", "labels"} <= set(
             train_dataset.column_names
         ):
+            # Grouped by source tokens, as transformers' sampler groups the demo's rows (Trainer drops the unused
+            # `length` column first): the demo's recorded runs trained on these batches.
             batch_size = self.args.train_batch_size * self.args.gradient_accumulation_steps
-            lengths = np.add(*pair_lengths(train_dataset))  # source + target tokens, as the `length` column
-            return SeededLengthGroupedSampler(batch_size, lengths, seed=self.args.seed)
+            return SeededLengthGroupedSampler(batch_size, pair_lengths(train_dataset)[0], seed=self.args.seed)
         sampler = super()._get_train_sampler(train_dataset)
         if type(sampler) is LengthGroupedSampler:
             sampler = SeededLengthGroupedSampler(sampler.batch_size, sampler.lengths, seed=self.args.seed)

@@ -145,6 +145,8 @@ def test_checkpoint_averaging_writes_a_loadable_model_with_the_mean_weights(tmp_
         "no",
         "--per_device_train_batch_size",
         4,
+        "--average_last",
+        3,
     )
     checkpoints = last_checkpoints(tmp_path / "run", 3)
     assert [c.name for c in checkpoints] == ["checkpoint-2", "checkpoint-4", "checkpoint-6"]
@@ -154,6 +156,12 @@ def test_checkpoint_averaging_writes_a_loadable_model_with_the_mean_weights(tmp_
     for name, param in averaged.named_parameters():
         expected = sum(dict(m.named_parameters())[name] for m in models) / 3
         torch.testing.assert_close(param, expected, atol=1e-6, rtol=1e-6)
+    # --average_last 3: the run's own model is that mean, and its report names the checkpoints
+    final = dict(AutoModelForSeq2SeqLM.from_pretrained(tmp_path / "run").named_parameters())
+    for name, param in averaged.named_parameters():
+        torch.testing.assert_close(final[name], param, atol=0, rtol=0)
+    report = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    assert report["training"]["averaged_checkpoints"] == ["checkpoint-2", "checkpoint-4", "checkpoint-6"]
     assert AutoTokenizer.from_pretrained(tmp_path / "avg")("Ja.")["input_ids"]
     with pytest.raises(InputError, match=r"--last 5: .* has 3 checkpoint-<step> folder\(s\), fewer than 5"):
         last_checkpoints(tmp_path / "run", 5)
@@ -312,11 +320,12 @@ def test_the_demos_settings_switch_off_with_a_users_corpus(tmp_path, capsys):
     from hf_vanilla_transformer.recipes.translation import DEMO_STEPS, EXAMPLES, parse_args
 
     _, _, recipe, training = parse_args([])
-    assert training.max_steps == DEMO_STEPS and recipe.translate == EXAMPLES
+    assert training.max_steps == DEMO_STEPS and recipe.translate == EXAMPLES and recipe.average_last == 3
     assert training.output_dir == "outputs/demo-de-en"
     own = ["--train_file", "data/train.de", "data/train.en", "--num_train_epochs", "1"]
     _, data, recipe, training = parse_args([*own, "--output_dir", str(tmp_path / "mine")])
     assert training.max_steps == -1 and training.num_train_epochs == 1 and recipe.translate is None
+    assert recipe.average_last == 0
     assert data.train_file == ["data/train.de", "data/train.en"]
     with pytest.raises(InputError, match=r"--output_dir: name the folder .* \(outputs/demo-de-en is the demo's\)"):
         parse_args(own)
@@ -358,3 +367,19 @@ def test_a_users_corpus_trains_its_epochs_and_its_long_pairs_are_counted(tmp_pat
     assert report["long_pairs"]["train"]["truncated"] == 3 and report["train_samples"] == 19
     with pytest.raises(InputError, match=r"train pair 17 \('Guten Morgen! Guten Morgen!.*\) has \d+ source and"):
         run_training("--output_dir", tmp_path / "error", *common, "--long_pairs", "error")
+
+
+def test_the_closing_note_names_the_reason_for_low_scores():
+    from hf_vanilla_transformer.recipes.translation import DEMO_BLEU, DEMO_STEPS, closing_note, repeated_phrase
+
+    good = ["I don't have time today.", "Where is the station?"]
+    assert closing_note(DEMO_BLEU - 0.5, DEMO_STEPS, 4.9, good, demo=True) is None
+    assert "undertrained model: it trained only 3 steps" in closing_note(0.1, 3, 0.01, ["", "the the the"], demo=True)
+    looping = ["I don't have time today.", "Where is the station station station station?"]
+    note = closing_note(3.0, DEMO_STEPS, 4.9, looping, demo=True)
+    assert note.startswith("The translations look broken") and "'station'" in note and "undertrained" not in note
+    note = closing_note(29.4, DEMO_STEPS, 4.9, good, demo=True)
+    assert note.startswith(f"Test BLEU 29.40 is far below the {DEMO_BLEU:.2f}") and "undertrained" not in note
+    assert closing_note(29.4, DEMO_STEPS, 4.9, good, demo=False) is None  # a user's corpus has no recorded figure
+    assert repeated_phrase("go home go home go home now") == "go home"
+    assert repeated_phrase("It is very, very cold.") is None

@@ -1,7 +1,10 @@
 """The training room: the paper's learning rate, the metrics, the collator and the tokenizer check."""
 
+import copy
+
 import pytest
 import torch
+from datasets import Dataset
 from transformers import (
     Seq2SeqTrainingArguments,
     get_inverse_sqrt_schedule,
@@ -12,7 +15,7 @@ from hf_vanilla_transformer.data.corpus import load_parallel_corpus
 from hf_vanilla_transformer.data.tokenizer import train_shared_bpe_tokenizer
 from hf_vanilla_transformer.model.pipeline_translation import check_tokenizer_fits_model
 from hf_vanilla_transformer.training.metrics import corpus_scores
-from hf_vanilla_transformer.training.trainer import TranslationTrainer, noam_learning_rate
+from hf_vanilla_transformer.training.trainer import TranslationDataCollator, TranslationTrainer, noam_learning_rate
 from tests.helpers import tiny_config
 
 
@@ -65,3 +68,29 @@ def test_collator_marks_target_padding_in_the_decoder_attention_mask(tokenizer):
     # an ignored label inside a target (-100 at position 1) stays a real decoder position; only added padding is 0
     assert batch["decoder_attention_mask"].tolist() == [[1, 1, 1, 1], [1, 1, 0, 0]]
     assert batch["labels"][1].tolist() == [10, 2, -100, -100]
+
+
+def test_evaluations_during_training_score_the_current_weights(tokenizer, tmp_path):
+    # An evaluation makes the output projection's prepacked CPU copy; the recipe's optimizer must let it see the
+    # training steps after it (the fused AdamW did not, and every later evaluation scored the first one's weights).
+    from hf_vanilla_transformer.recipes.common import PAPER_OPTIMIZER
+
+    pairs = load_parallel_corpus()["train"]["translation"][:64]
+    rows = [{"input_ids": tokenizer(p["de"])["input_ids"], "labels": tokenizer(p["en"])["input_ids"]} for p in pairs]
+    dataset = Dataset.from_list(rows)
+    model = VanillaTransformerForConditionalGeneration(tiny_config(vocab_size=len(tokenizer)))
+    args = Seq2SeqTrainingArguments(
+        output_dir=str(tmp_path), report_to=[], use_cpu=True, max_steps=4, learning_rate=1e-2, save_strategy="no",
+        per_device_train_batch_size=16, per_device_eval_batch_size=64, **PAPER_OPTIMIZER,
+    )  # fmt: skip
+    collator = TranslationDataCollator(tokenizer, model=model, label_pad_token_id=-100)
+    trainer = TranslationTrainer(
+        model=model, args=args, train_dataset=dataset, eval_dataset=dataset, data_collator=collator
+    )
+    before = trainer.evaluate()["eval_loss"]
+    trainer.train()
+    after = trainer.evaluate()["eval_loss"]
+    fresh = copy.deepcopy(model).eval()  # new weight tensors: nothing prepacked yet
+    with torch.no_grad():
+        expected = fresh(**collator(rows)).loss.item()
+    assert after == pytest.approx(expected, rel=1e-5) and after < before
