@@ -1,9 +1,10 @@
 """Every Python snippet in the README and docs/ runs as written (row 47 of docs/reliability.md's matrix).
 
 Offline, in a folder that holds what the snippets name: `outputs/demo-de-en` (a translator of the demo's shape, with
-its tokenizer), `outputs/demo-lm` (a language model), the exports `outputs/demo-ct2` and `outputs/demo-onnx`, and the
-published `ORG/NAME` in a Hub cache. A snippet gets only the names it leaves to its reader, as placeholders: `COMMIT`,
-and the PyTorch tutorial's `tutorial` model with its special token ids.
+its tokenizer), `outputs/demo-lm` (a language model), the exports `outputs/demo-ct2` and `outputs/demo-onnx`, the
+published `ORG/NAME` in a Hub cache, an API key file `keys.txt`, and `serve` running on that translator (at a free
+port, which replaces the default address the snippets call). A snippet gets only the names it leaves to its reader,
+as placeholders: `COMMIT`, and the PyTorch tutorial's `tutorial` model with its special token ids.
 """
 
 import math
@@ -17,14 +18,23 @@ from torch import nn
 
 from hf_vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForCausalLM
 from hf_vanilla_transformer import VanillaTransformerForConditionalGeneration as Translator
-from tests.helpers import ROOT, SENTENCES, SMALL_TRANSLATOR, one_thread, run_without_package, tiny_tokenizer
+from tests.helpers import (
+    ROOT,
+    SENTENCES,
+    SMALL_TRANSLATOR,
+    ServerProcess,
+    one_thread,
+    run_without_package,
+    tiny_tokenizer,
+)
 
 
 SNIPPET = re.compile(r"^```python\n(.*?)^```", re.MULTILINE | re.DOTALL)
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 # Snippets that take minutes on a CPU: the paper's base model (beam search on 60M random weights), an ONNX export, a
 # fresh process loading from the Hub cache.
-SLOW = ("AutoConfig.for_model", '"outputs/demo-onnx"', '"ORG/NAME"')
+SLOW = ("AutoConfig.for_model", '"outputs/demo-onnx"', '"ORG/NAME"', "127.0.0.1:8000")
+SERVICE = "http://127.0.0.1:8000"  # the default address of `serve`, which a snippet calls
 
 
 def snippets() -> list:
@@ -130,7 +140,7 @@ def world(tmp_path_factory):
 
 @pytest.mark.filterwarnings("ignore:.*(nested_tensor|enable_nested_tensor).*:UserWarning")  # nn.Transformer's advice
 @pytest.mark.parametrize("code", snippets())
-def test_every_python_snippet_in_the_documentation_runs_as_written(code, world, monkeypatch):  # row 47
+def test_every_python_snippet_in_the_documentation_runs_as_written(code, world, monkeypatch, request):  # row 47
     for name in FOLDERS:
         if f'"{name}"' in code:
             provide(world, name)
@@ -138,6 +148,15 @@ def test_every_python_snippet_in_the_documentation_runs_as_written(code, world, 
         result = run_without_package(f"COMMIT = {COMMIT!r}\n{code}", cwd=world)
         assert result.returncode == 0, result.stderr[-3000:]
         return
+    if SERVICE in code:  # `serve` on the demo folder, at a free port rather than the default one
+        folder = provide(world, "outputs/demo-de-en")
+        server = ServerProcess(
+            "--model", folder, "--source_lang", "de", "--target_lang", "en", log=world / "serve.log"
+        )
+        request.addfinalizer(server.stop)
+        code = code.replace(SERVICE, server.wait_ready().url)
+    if '"keys.txt"' in code:  # an API key file, one key per line
+        (world / "keys.txt").write_text("a-key\n")
     monkeypatch.chdir(world)
     given = dict(COMMIT=COMMIT, tutorial=tutorial_model(), PAD_IDX=1, BOS_IDX=2, EOS_IDX=3)
     with one_thread():
