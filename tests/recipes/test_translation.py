@@ -320,7 +320,7 @@ def test_the_demos_settings_switch_off_with_a_users_corpus(tmp_path, capsys):
     from hf_vanilla_transformer.recipes.translation import DEMO_STEPS, EXAMPLES, parse_args
 
     _, _, recipe, training = parse_args([])
-    assert training.max_steps == DEMO_STEPS and recipe.translate == EXAMPLES and recipe.average_last == 3
+    assert training.max_steps == DEMO_STEPS and recipe.translate == EXAMPLES and recipe.average_last == 0
     assert training.output_dir == "outputs/demo-de-en"
     own = ["--train_file", "data/train.de", "data/train.en", "--num_train_epochs", "1"]
     _, data, recipe, training = parse_args([*own, "--output_dir", str(tmp_path / "mine")])
