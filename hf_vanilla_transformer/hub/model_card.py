@@ -2,6 +2,7 @@
 
 import json
 import math
+import shlex
 from pathlib import Path
 
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
@@ -29,6 +30,19 @@ TRAINING_ROWS = {
     "runtime_seconds": "Training time",
     "averaged_checkpoints": "Final weights",
 }
+
+
+def _reproducible_command(command: str | None) -> str | None:
+    """The training command as the card shows it: without `--output_dir`, a path on the machine that trained the
+    model (readers reproduce the run into a folder of their own)."""
+    if not command:
+        return command
+    words, kept = shlex.split(command), []
+    for i, word in enumerate(words):
+        if word == "--output_dir" or word.startswith("--output_dir=") or words[i - 1 : i] == ["--output_dir"]:
+            continue
+        kept.append(word)
+    return shlex.join(kept)
 
 
 def load_metrics(model_dir: str | Path) -> dict:
@@ -107,7 +121,7 @@ def make_model_card(
         training=[
             (TRAINING_ROWS[key], _format(key, training[key])) for key in TRAINING_ROWS if training.get(key, []) != []
         ],
-        command=metrics.get("command"),
+        command=_reproducible_command(metrics.get("command")),
         dataset_name=dataset_name,
         dataset_license=dataset.get("license"),
         attribution=dataset.get("attribution"),

@@ -229,7 +229,7 @@ class RecipeArguments:
 # recipe): on the bundled corpus this reaches the BLEU the README states. DEMO_BLEU is the test BLEU (beam 4, length
 # penalty 0.6) of the last full demo run recorded in DEMO_RESULT; a full run far below it says so at the end.
 DEMO_STEPS = 2300
-DEMO_BLEU, DEMO_RESULT = 37.37, "docs/results/2026-11-26-emerald-rapids.md"
+DEMO_BLEU, DEMO_RESULT = 36.67, "docs/results/2026-11-26-emerald-rapids.md"
 DEMO_BLEU_MARGIN = 3.0
 DEMO_DEFAULTS = dict(
     **DEMO_TRAINING,

@@ -24,3 +24,11 @@ def test_the_benchmark_prints_the_bleu_beside_the_recorded_figure(tmp_path, monk
     assert f"test BLEU {DEMO_BLEU + 0.1:.2f}, chrF 51.80" in out and f"recorded {DEMO_BLEU:.2f}" in out
     monkeypatch.setattr(demo_benchmark.subprocess, "run", fake_demo(29.4))
     assert demo_benchmark.main(["--output_dir", str(tmp_path)]) == 1
+
+
+def test_the_readme_and_the_recipe_state_the_figure_of_the_recorded_run():
+    """One measured run behind the demo's figure: the README's BLEU is DEMO_BLEU, which its result file records."""
+    from hf_vanilla_transformer.recipes.translation import DEMO_RESULT
+
+    assert demo_benchmark.readme_bleu() == DEMO_BLEU
+    assert f"BLEU {DEMO_BLEU:.2f}" in (demo_benchmark.README.parent / DEMO_RESULT).read_text(encoding="utf-8")
