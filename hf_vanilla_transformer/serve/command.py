@@ -9,6 +9,7 @@ import sys
 import tempfile
 
 from ..errors import CommandParser, InputError
+from ..translate.command import add_engine_arguments
 
 
 DESCRIPTION = """Serve a trained model over HTTP: LibreTranslate's API (POST /translate, GET /languages), a native
@@ -32,12 +33,7 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     parser.add_argument("--access_log", action="store_true", help="log every request (default: errors only)")
 
     engine = parser.add_argument_group("engine and decoding (the translate command's options)")
-    engine.add_argument("--backend", default="torch", choices=("torch", "ctranslate2"))
-    engine.add_argument("--device", help="cpu, cuda, cuda:1, ... (default: cuda when there is one)")
-    engine.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"))
-    engine.add_argument("--int8", action="store_true", help="dynamic int8 quantization of the linear layers (CPU)")
-    engine.add_argument("--compute_type", default="default", help="CTranslate2's compute type (int8, float16, ...)")
-    engine.add_argument("--trust_remote_code", action="store_true", help="run the model folder's own code")
+    add_engine_arguments(engine)
     engine.add_argument("--num_beams", type=int, help="(default: the model's generation config)")
     engine.add_argument("--length_penalty", type=float)
     engine.add_argument("--max_len_a", type=float, help="new tokens <= a * source tokens + b")

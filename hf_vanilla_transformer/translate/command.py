@@ -14,6 +14,16 @@ each line split into sentences and translated sentence by sentence, in length-so
 MINIMUMS = {"num_beams": 1, "nbest": 1, "top_k": 0, "max_tokens": 1, "batch_size": 1, "buffer_size": 1}
 
 
+def add_engine_arguments(engine) -> None:
+    """The engine options, shared with `serve`: which engine runs the model, where and in which precision."""
+    engine.add_argument("--backend", default="torch", choices=("torch", "ctranslate2"))
+    engine.add_argument("--device", help="cpu, cuda, cuda:1, ... (default: cuda when there is one)")
+    engine.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"))
+    engine.add_argument("--int8", action="store_true", help="dynamic int8 quantization of the linear layers (CPU)")
+    engine.add_argument("--compute_type", default="default", help="CTranslate2's compute type (int8, float16, ...)")
+    engine.add_argument("--trust_remote_code", action="store_true", help="run the model folder's own code")
+
+
 def build_parser(prog: str) -> argparse.ArgumentParser:
     from .io import FORMATS
     from .translator import DEFAULT_BUFFER_SIZE, DEFAULT_MAX_TOKENS
@@ -60,13 +70,7 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     )
     batching.add_argument("--batch_size", type=int, help="sentences per batch")
     batching.add_argument("--buffer_size", type=int, default=DEFAULT_BUFFER_SIZE, help="lines read and sorted at once")
-    engine = parser.add_argument_group("engine")
-    engine.add_argument("--backend", default="torch", choices=("torch", "ctranslate2"))
-    engine.add_argument("--device", help="cpu, cuda, cuda:1, ... (default: cuda when there is one)")
-    engine.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"))
-    engine.add_argument("--int8", action="store_true", help="dynamic int8 quantization of the linear layers (CPU)")
-    engine.add_argument("--compute_type", default="default", help="CTranslate2's compute type (int8, float16, ...)")
-    engine.add_argument("--trust_remote_code", action="store_true")
+    add_engine_arguments(parser.add_argument_group("engine"))
     parser.add_argument("--resume", action="store_true", help="continue an interrupted run into the same --output")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     return parser

@@ -41,9 +41,10 @@ def wait_for(condition, what: str, limit: float = 300):
 
 
 def refused(url) -> bool:
+    """No answer: the connection refused, or reset when it reached the listening socket as it closed."""
     try:
         httpx.get(f"{url}/health")
-    except httpx.ConnectError:
+    except (httpx.ConnectError, httpx.ReadError, httpx.RemoteProtocolError):
         return True
     return False
 

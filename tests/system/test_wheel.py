@@ -56,7 +56,7 @@ def run(*command, **kwargs) -> subprocess.CompletedProcess:
 @pytest.mark.slow
 def test_the_wheel_holds_every_file_the_package_reads_and_works_in_a_fresh_environment(tmp_path):
     source = tmp_path / "source"  # a copy: building writes build/ and *.egg-info next to the sources
-    junk = (".git", ".venv", "__pycache__", "build", "dist", "*.egg-info", ".pytest_cache", ".hypothesis", "outputs")
+    junk = (".git", ".venv*", "__pycache__", "build", "dist", "*.egg-info", ".pytest_cache", ".hypothesis", "outputs")
     shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(*junk, "runs"))
     run(
         sys.executable,
