@@ -37,12 +37,10 @@ def _reproducible_command(command: str | None) -> str | None:
     model (readers reproduce the run into a folder of their own)."""
     if not command:
         return command
-    words, kept = shlex.split(command), []
-    for i, word in enumerate(words):
-        if word == "--output_dir" or word.startswith("--output_dir=") or words[i - 1 : i] == ["--output_dir"]:
-            continue
-        kept.append(word)
-    return shlex.join(kept)
+    words = shlex.split(command)
+    output_dir = {i for i, word in enumerate(words) if word.split("=")[0] == "--output_dir"}
+    output_dir |= {i + 1 for i in output_dir if words[i] == "--output_dir"}
+    return shlex.join(word for i, word in enumerate(words) if i not in output_dir)
 
 
 def load_metrics(model_dir: str | Path) -> dict:
