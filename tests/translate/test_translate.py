@@ -511,6 +511,37 @@ def test_ctranslate2_backend_exports_our_model_once_and_agrees_with_pytorch(
         load_translator(str(converted), backend="ctranslate2", generation={"do_sample": True})
 
 
+@pytest.mark.parametrize(
+    "generation, nbest",
+    [
+        ({"num_beams": 1}, 1),
+        ({"num_beams": 3, "length_penalty": 0.6}, 2),
+        ({"num_beams": 3, "length_penalty": 0.0}, 1),
+    ],
+)
+def test_ctranslate2_decodes_a_batch_of_many_limits_as_each_sentence_alone(
+    model_dir, tmp_path, monkeypatch, generation, nbest
+):
+    """CTranslate2 takes one limit per call: a batch whose sentences have different limits gives each sentence what
+    it gets alone with its own limit, whether its search ends first or runs into its limit."""
+    pytest.importorskip("ctranslate2")
+    monkeypatch.setenv("HF_VANILLA_TRANSFORMER_CACHE", str(tmp_path))
+    translator = load_translator(
+        str(model_dir), backend="ctranslate2", device="cpu", generation=generation, nbest=nbest
+    )
+    sources = [ids for line in translator.encode([*GERMAN, *GERMAN]) for ids in line.ids]
+    limits = [2 + 3 * (i % 4) for i in range(len(sources))]  # 2, 5, 8 and 11 new tokens
+    batched = translator.backend.generate(sources, limits)
+    alone = [translator.backend.generate([s], [n])[0] for s, n in zip(sources, limits)]
+    assert [[(h.token_ids, h.reached_limit) for h in hs] for hs in batched] == [
+        [(h.token_ids, h.reached_limit) for h in hs] for hs in alone
+    ]
+    for hs, theirs in zip(batched, alone):
+        assert [h.token_scores for h in hs] == [pytest.approx(h.token_scores, abs=1e-5) for h in theirs]
+    reached = [hs[0].reached_limit for hs in batched]
+    assert any(reached) and not all(reached)  # both kinds of sentence are in the batch
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
