@@ -14,9 +14,12 @@ CTranslate2 runs the MarianMTModel converted by its own converter, and our model
 ("this package via CTranslate2"), same size and workload. "this package via ONNX Runtime" is our model exported by
 `export_onnx` (float32 and dynamic int8 graphs) decoded greedily by `onnx_runtime.OnnxSeq2SeqLM`.
 Every measurement runs in a fresh process, after an untimed warm-up step or batch: peak training memory is that
-process's VmHWM (on a GPU: torch.cuda.max_memory_allocated), and CTranslate2 never shares a process with torch. Each
-generation task is timed GENERATION_TIMINGS times in its process and the fastest pass counts. Systems alternate within
-each repeat (the order rotates between repeats); medians of the repeats are reported. Ratios to MarianMTModel (sdpa) at
+process's VmHWM (on a GPU: torch.cuda.max_memory_allocated), and CTranslate2 never shares a process with torch. The
+torch systems generate in one process per repeat, their passes over each task alternating, GENERATION_TIMINGS passes
+each, and a system's fastest pass counts: on a shared machine the systems then meet the same disturbances, which moved
+single measurements in separate processes by up to 1.7x. CTranslate2 and ONNX Runtime also count their fastest of
+GENERATION_TIMINGS passes. Measurements alternate within each repeat (the order rotates between repeats); medians of
+the repeats are reported. Ratios to MarianMTModel (sdpa) at
 the same precision are the result: absolute numbers move from run to run on a shared machine.
 
 Achieved FLOP/s are counted analytically on the real (non-padding) tokens, the same for every system, and reported as
@@ -65,9 +68,7 @@ TRAIN_BATCH, TRAIN_LENGTHS, TRAIN_BATCHES = 32, (10, 40), 4  # one measurement =
 TRAIN_PASSES = {"tiny": 1, "small": 3, "base": 1}  # timed passes: a small-model pass is too short to time alone
 SOURCES, SOURCE_LENGTHS, GENERATION_BATCH, NEW_TOKENS = 64, (20, 30), 16, 30
 SINGLE_SOURCES = 16  # the batch-1 tasks translate the first 16 sources one at a time
-# Each generation task is timed this many times in its process and the fastest counts: on a shared machine a pass is
-# only ever slowed by other work, and one task lasts about a second, so single passes differed by up to 1.7x.
-GENERATION_TIMINGS = 5
+GENERATION_TIMINGS = 5  # passes over each generation task per system and repeat; the fastest counts
 TASKS = {"train": None, "greedy": 1, "beam4": 4, "greedy_b1": 1, "beam4_b1": 4}  # task -> num_beams; _b1: batch 1
 LABEL_SMOOTHING = 0.1
 MATMUL_SIZE = 2048
@@ -347,16 +348,24 @@ def timed(fn, device: str) -> tuple[float, object]:
     return time.perf_counter() - start, result
 
 
-def measure_torch(system: str, size: str, precision: str, device: str, threads: int, workload: dict) -> dict:
-    """Seconds of one training pass and of each generation task, and the peak memory of training (in MB)."""
-    torch.set_num_threads(threads)
-    quiet()
-    model = build_model(system, size).to(device).train()
-    autocast = torch.autocast(device, torch.bfloat16, enabled=precision == "bf16")
+def precision_context(precision: str, device: str):
+    """The autocast of `precision` (bf16 autocast, or nothing for fp32)."""
     if precision == "bf16" and device == "cpu":
         # nn.Transformer's inference fast path misses CPU autocast (its check, torch.is_autocast_enabled(), looks at
         # CUDA only) and fails on the mixed dtypes; only that model uses the fast path.
         torch.backends.mha.set_fastpath_enabled(False)
+    return torch.autocast(device, torch.bfloat16, enabled=precision == "bf16")
+
+
+def measure_torch(
+    system: str, size: str, precision: str, device: str, threads: int, workload: dict, generation: bool = True
+) -> dict:
+    """Seconds of one training pass and the peak memory of training (in MB); with `generation`, also the seconds of
+    each generation task."""
+    torch.set_num_threads(threads)
+    quiet()
+    model = build_model(system, size).to(device).train()
+    autocast = precision_context(precision, device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
     batches = [training_batch(pairs, device) for pairs in workload["train"]]
     result = {}
@@ -374,21 +383,46 @@ def measure_torch(system: str, size: str, precision: str, device: str, threads: 
         passes = TRAIN_PASSES[size]
         seconds = timed(lambda: [train(batches) for _ in range(passes)], device)[0]
         result = {"train": seconds / passes, "train_peak_mb": peak_memory_mb(device)}
+    if generation:
+        optimizer.state.clear()  # free the Adam moments before generation
+        result.update(time_generation({system: model.eval()}, precision, device, workload)[system])
+    return result
 
-    optimizer.state.clear()  # free the Adam moments before generation
-    model.eval()
+
+def measure_generation(systems: list[str], size: str, precision: str, device: str, threads: int, workload: dict):
+    """{system: seconds of each generation task}, every system's models in this one process."""
+    torch.set_num_threads(threads)
+    quiet()
+    models = {s: build_model(s, size).to(device).eval() for s in systems if generates(s, 1)}
+    return time_generation(models, precision, device, workload)
+
+
+def generates(system: str, num_beams: int) -> bool:
+    return system not in TRAINING_CALL_PATHS and (system != "nn-transformer" or num_beams == 1)
+
+
+def time_generation(models: dict, precision: str, device: str, workload: dict) -> dict:
+    """Each task's passes alternate between the systems (in a rotating order), GENERATION_TIMINGS passes each after
+    a warm-up batch; a system's time for a task is its fastest pass."""
+    autocast, result = precision_context(precision, device), {system: {} for system in models}
     for task, num_beams in TASKS.items():
-        if not num_beams or (system == "nn-transformer" and num_beams > 1) or system in TRAINING_CALL_PATHS:
+        systems = [system for system in models if num_beams and generates(system, num_beams)]
+        if not systems:
             continue
         sources = generation_batches(task, workload["sources"], device)
         with torch.no_grad(), autocast:
-            generate(model, system, *sources[0], num_beams)  # warm-up
-            timings = [
-                timed(lambda n=num_beams, batches=sources: [generate(model, system, *s, n) for s in batches], device)
-                for _ in range(GENERATION_TIMINGS)
-            ]
-            result[task], outputs = min(timings, key=lambda timing: timing[0])
-        assert all(o.shape[1] == NEW_TOKENS for o in outputs), f"{system} did not generate {NEW_TOKENS} tokens"
+            for system in systems:
+                generate(models[system], system, *sources[0], num_beams)  # warm-up
+            for timing in range(GENERATION_TIMINGS):
+                for system in systems[timing % len(systems) :] + systems[: timing % len(systems)]:
+                    seconds, outputs = timed(
+                        lambda m=models[system], system=system, n=num_beams, batches=sources: [
+                            generate(m, system, *batch, n) for batch in batches
+                        ],
+                        device,
+                    )
+                    result[system][task] = min(seconds, result[system].get(task, seconds))
+                    assert all(o.shape[1] == NEW_TOKENS for o in outputs), f"{system}: not {NEW_TOKENS} new tokens"
     return result
 
 
@@ -529,27 +563,36 @@ def run(
                 else {}
             )
             onnx_dir = in_fresh_process(export_ours_for_onnx, size, os.path.join(tmp, "onnx")) if onnx else None
-            jobs = [("matmul", None)] + [(system, p) for p in precisions for system in torch_systems]
+            trained = [system for system in torch_systems if system not in GENERATION_PATHS]
+            jobs = [("matmul", None)] + [(system, p) for p in precisions for system in [*trained, "generation"]]
             jobs += [(system, precisions[0]) for system in [*ct2, *onnx]]
             for r in range(repeats):
-                for system, precision in jobs[r % len(jobs) :] + jobs[: r % len(jobs)]:
+                for job, precision in jobs[r % len(jobs) :] + jobs[: r % len(jobs)]:
                     start = time.perf_counter()
-                    if system == "matmul":
+                    if job == "matmul":
                         for p, flops in in_fresh_process(measure_matmul_peak, device, precisions, threads).items():
                             peaks.setdefault(size, {}).setdefault(p, []).append(flops)
                         continue
-                    if system in ct2:
-                        model_dir = ct2_dirs["ct2-ours" if system.startswith("ct2-ours") else "ct2"]
-                        result = measure_ct2(model_dir, ct2[system], device, threads, workload)
-                    elif system in onnx:
-                        result = in_fresh_process(measure_onnx, onnx_dir, onnx[system], threads, workload)
+                    if job == "generation":  # every torch system in one process, their passes alternating
+                        args = torch_systems, size, precision, device, threads, workload
+                        results = in_fresh_process(measure_generation, *args)
+                    elif job in ct2:
+                        model_dir = ct2_dirs["ct2-ours" if job.startswith("ct2-ours") else "ct2"]
+                        results = {job: measure_ct2(model_dir, ct2[job], device, threads, workload)}
+                    elif job in onnx:
+                        results = {job: in_fresh_process(measure_onnx, onnx_dir, onnx[job], threads, workload)}
                     else:
-                        result = in_fresh_process(measure_torch, system, size, precision, device, threads, workload)
-                    for metric, value in result.items():
-                        samples.setdefault((size, precision, system), {}).setdefault(metric, []).append(value)
+                        args = job, size, precision, device, threads, workload, False
+                        results = {job: in_fresh_process(measure_torch, *args)}
+                    for system, result in results.items():
+                        for metric, value in result.items():
+                            samples.setdefault((size, precision, system), {}).setdefault(metric, []).append(value)
                     print(
-                        f"[{size} {r + 1}/{repeats}] {system} {precision}: "
-                        + ", ".join(f"{k} {v:.3g}" for k, v in result.items())
+                        f"[{size} {r + 1}/{repeats}] {job} {precision}: "
+                        + "; ".join(
+                            f"{system} " + ", ".join(f"{k} {v:.3g}" for k, v in result.items())
+                            for system, result in results.items()
+                        )
                         + f" ({time.perf_counter() - start:.0f} s)",
                         flush=True,
                     )
