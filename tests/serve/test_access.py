@@ -82,7 +82,8 @@ def test_the_key_file_and_settings_are_checked_before_the_server_starts(tmp_path
         read_api_keys(str(tmp_path / "empty.txt"))
     with pytest.raises(InputError, match="--max_queue must be positive"):
         Settings(max_queue=0).check()
-    for mistake in (["--api_keys", tmp_path / "missing.txt"], ["--workers", "0"], ["--max_chars", "-1"]):
+    mistakes = (["--api_keys", tmp_path / "missing.txt"], ["--workers", "0"], ["--max_chars", "-1"])
+    for mistake in (*mistakes, ["--timeout_keep_alive", "0"]):
         assert cli.main(["serve", "--model", str(serving_model_dir()), *map(str, mistake)]) == 2
         assert f"{mistake[0]}" in capsys.readouterr().err
     assert cli.main(["serve", "--model", str(tmp_path / "nothing")]) == 2

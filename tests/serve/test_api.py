@@ -3,6 +3,8 @@
 answered as `translate` answers its text, and every malformed request a 4xx JSON error naming the field."""
 
 import json
+import socket
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
@@ -126,6 +128,20 @@ def test_a_hundred_concurrent_requests_each_get_translates_answer_for_its_text(s
     metrics = httpx.get(server.url + "/metrics").text
     assert 'translation_requests_total{route="/translate",status="200"}' in metrics
     assert "translation_batch_sentences_count" in metrics and "translation_queue_depth 0.0" in metrics
+
+
+@pytest.mark.slow
+def test_an_idle_connection_outlives_the_clients_own_idle_expiry(server):
+    """httpx keeps an idle connection for 5 s, as uvicorn did by default: a server closing it as the client sends a
+    request on it loses the request. The server leaves the closing to the client."""
+    assert httpx.Limits().keepalive_expiry == 5.0  # the clients' expiry this guards against
+    host, port = httpx.URL(server.url).host, httpx.URL(server.url).port
+    with socket.create_connection((host, port), timeout=30) as connection:
+        connection.sendall(f"GET /health HTTP/1.1\r\nHost: {host}\r\n\r\n".encode())
+        assert connection.recv(65536).startswith(b"HTTP/1.1 200")
+        time.sleep(httpx.Limits().keepalive_expiry + 1)
+        connection.sendall(f"GET /health HTTP/1.1\r\nHost: {host}\r\n\r\n".encode())
+        assert connection.recv(65536).startswith(b"HTTP/1.1 200")  # the same connection, still open
 
 
 def test_health_languages_and_metrics(server):
