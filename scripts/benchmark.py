@@ -19,8 +19,8 @@ torch systems generate in one process per repeat, their passes over each task al
 each, and a system's fastest pass counts: on a shared machine the systems then meet the same disturbances, which moved
 single measurements in separate processes by up to 1.7x. CTranslate2 and ONNX Runtime also count their fastest of
 GENERATION_TIMINGS passes. Measurements alternate within each repeat (the order rotates between repeats); medians of
-the repeats are reported. Ratios to MarianMTModel (sdpa) at
-the same precision are the result: absolute numbers move from run to run on a shared machine.
+the repeats are reported. Ratios to MarianMTModel (sdpa) at the same precision are the result: absolute numbers move
+from run to run on a shared machine.
 
 Achieved FLOP/s are counted analytically on the real (non-padding) tokens, the same for every system, and reported as
 a fraction of a 2048x2048 matmul measured in the same run, so "% of peak" compares useful work.
