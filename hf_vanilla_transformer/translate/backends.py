@@ -223,8 +223,9 @@ class CTranslate2Backend:
                     results[i] = [h[:limit] for h in hypotheses]
                 elif limit == options["max_decoding_length"] or max(map(len, hypotheses), default=0) < limit:
                     results[i] = hypotheses[: self.nbest]
-        for limit in sorted({limits[i] for i, result in enumerate(results) if result is None}):
-            group = [i for i, result in enumerate(results) if result is None and limits[i] == limit]
+        pending = [i for i, result in enumerate(results) if result is None]
+        for limit in sorted({limits[i] for i in pending}):
+            group = [i for i in pending if limits[i] == limit]
             outputs = self.translator.translate_batch(
                 [tokens[i] for i in group], **{**self.options, "max_decoding_length": limit}
             )
