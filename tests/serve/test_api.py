@@ -2,8 +2,8 @@
 `libretranslatepy` client and raw JSON, form and multipart bodies, the native route, concurrent requests each
 answered as `translate` answers its text, and every malformed request a 4xx JSON error naming the field."""
 
+import http.client
 import json
-import socket
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -135,13 +135,16 @@ def test_an_idle_connection_outlives_the_clients_own_idle_expiry(server):
     """httpx keeps an idle connection for 5 s, as uvicorn did by default: a server closing it as the client sends a
     request on it loses the request. The server leaves the closing to the client."""
     assert httpx.Limits().keepalive_expiry == 5.0  # the clients' expiry this guards against
-    host, port = httpx.URL(server.url).host, httpx.URL(server.url).port
-    with socket.create_connection((host, port), timeout=30) as connection:
-        connection.sendall(f"GET /health HTTP/1.1\r\nHost: {host}\r\n\r\n".encode())
-        assert connection.recv(65536).startswith(b"HTTP/1.1 200")
+    connection = http.client.HTTPConnection(httpx.URL(server.url).host, httpx.URL(server.url).port, timeout=30)
+    try:
+        connection.request("GET", "/health")
+        assert connection.getresponse().read() == b'{"status":"ok"}'
+        first = connection.sock
         time.sleep(httpx.Limits().keepalive_expiry + 1)
-        connection.sendall(f"GET /health HTTP/1.1\r\nHost: {host}\r\n\r\n".encode())
-        assert connection.recv(65536).startswith(b"HTTP/1.1 200")  # the same connection, still open
+        connection.request("GET", "/health")  # a closed connection: http.client.RemoteDisconnected
+        assert connection.getresponse().status == 200 and connection.sock is first  # the same connection, still open
+    finally:
+        connection.close()
 
 
 def test_health_languages_and_metrics(server):
