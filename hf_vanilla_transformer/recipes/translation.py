@@ -44,6 +44,7 @@ from ..model.configuration_vanilla_transformer import PAPER_PRESETS, VanillaTran
 from ..model.pipeline_translation import TranslationPipeline
 from ..training.checkpoints import (
     checkpoint_folders,
+    finished,
     last_complete_checkpoint,
     load_average,
     save_model,
@@ -426,6 +427,11 @@ def main(argv: list[str] | None = None, prog: str = "hf-vanilla-transformer trai
         model_args.model_name_or_path = resolve_model(model_args.model_name_or_path, "--model_name_or_path")
     resume_from = prepare_output_dir(training_args, recipe_args)
     output_dir = Path(training_args.output_dir)
+    done = resume_from and finished(resume_from, training_args.max_steps, training_args.num_train_epochs)
+    if done:
+        if training_args.process_index == 0:
+            print(f"{output_dir}: {done}")
+        return 0
     started = time.time()
     corpus, tokenizer, data_report = prepare_data(data_args, training_args, model_args, resume_from)
     if "train" not in corpus:

@@ -87,6 +87,22 @@ def last_complete_checkpoint(run_dir: str | Path) -> Path:
     raise InputError(f"No complete checkpoint-<step> folder in {run_dir} to resume from. " + " ".join(problems))
 
 
+def finished(checkpoint: str | Path, max_steps: int, num_train_epochs: float) -> str | None:
+    """Why resuming from `checkpoint` has nothing to train (a message), or None: its step already reaches `max_steps`
+    (where above 0), else its epoch reaches `num_train_epochs`. Trainer would save the model and scores again anyway,
+    replacing the run's finished model with the checkpoint's weights."""
+    state = json.loads((Path(checkpoint) / "trainer_state.json").read_text())
+    step, epoch = state["global_step"], state.get("epoch") or 0
+    if max_steps > 0 and step >= max_steps:
+        return f"already trained {step} steps (--max_steps {max_steps}): nothing to do; a larger --max_steps continues it."
+    if max_steps <= 0 and epoch >= num_train_epochs:
+        return (
+            f"already trained {epoch:g} epochs (--num_train_epochs {num_train_epochs:g}): nothing to do; a larger "
+            "--num_train_epochs (or --max_steps) continues it."
+        )
+    return None
+
+
 def last_checkpoints(run_dir: str | Path, n: int) -> list[Path]:
     """The `n` most recent `checkpoint-<step>` folders of a Trainer run, oldest first."""
     if not Path(run_dir).is_dir():

@@ -129,6 +129,18 @@ def test_training_refuses_to_overwrite_a_previous_run(tmp_path, pairs_file):
     assert (tmp_path / "old" / "model.safetensors").read_bytes() == b"precious"
 
 
+def test_resuming_a_finished_run_changes_nothing_and_says_so(tmp_path, pairs_file, capsys):
+    common = ["--output_dir", tmp_path / "run", "--train_file", pairs_file, *TINY_MODEL, "--eval_strategy", "no"]
+    run_training(*common, "--max_steps", 2, "--save_steps", 2)
+    before = {path.name: path.read_bytes() for path in (tmp_path / "run").iterdir() if path.is_file()}
+    capsys.readouterr()
+    assert run_training(*common, "--max_steps", 2, "--save_steps", 2, "--resume_from_checkpoint", "last") == 0
+    said = capsys.readouterr().out.strip().splitlines()
+    assert len(said) == 1 and "already trained 2 steps" in said[0] and "--max_steps" in said[0], said
+    assert {path.name: path.read_bytes() for path in (tmp_path / "run").iterdir() if path.is_file()} == before
+    assert [path.name for path in (tmp_path / "run").glob("checkpoint-*")] == ["checkpoint-2"]
+
+
 @pytest.mark.slow
 def test_checkpoint_averaging_writes_a_loadable_model_with_the_mean_weights(tmp_path, pairs_file):
     run_training(
