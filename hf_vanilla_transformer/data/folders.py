@@ -175,6 +175,28 @@ def check_translation_folder(name: str, option: str = "--model", ctranslate2: bo
             )
 
 
+def check_model_type(name: str, model_class, option: str = "--model") -> None:
+    """Refuse a local folder whose `config.json` is another model type's than `model_class`'s: transformers would load
+    its weights into `model_class` with a warning, and the model would translate into nonsense. An export's folder
+    (MarianMTModel, ONNX) is named as such."""
+    path = Path(name).expanduser()
+    if not (path / "config.json").is_file():
+        return
+    model_type = json.loads((path / "config.json").read_text(encoding="utf-8")).get("model_type")
+    if model_type == model_class.config_class.model_type:
+        return
+    if list(path.glob("onnx/*.onnx")):
+        kind = "an ONNX export"
+    elif model_type == "marian":
+        kind = "a MarianMTModel folder"
+    else:
+        kind = f"a {model_type} model folder"
+    raise InputError(
+        f"{option} {name} is {kind} (model_type {model_type!r}), not a {model_class.__name__} folder: give the folder "
+        "it was exported from (the trained model that `hf-vanilla-transformer export` read)."
+    )
+
+
 def load_translation_model(name: str, option: str = "--model", model_class=None, **kwargs):
     """`model_class.from_pretrained(name, **kwargs)` (default: `AutoModelForSeq2SeqLM`) for a translation model,
     refusing by name what is not one (`check_translation_folder`) and a folder whose weights do not cover the model,
@@ -183,6 +205,8 @@ def load_translation_model(name: str, option: str = "--model", model_class=None,
 
     name = resolve_model(name, option)
     check_translation_folder(name, option)
+    if model_class is not None:
+        check_model_type(name, model_class, option)
     try:
         model, loading = (model_class or AutoModelForSeq2SeqLM).from_pretrained(
             name, output_loading_info=True, **kwargs
@@ -311,6 +335,7 @@ __all__ = [
     "apply_umask",
     "check_hub_model",
     "check_json_files",
+    "check_model_type",
     "check_output_dir",
     "check_output_file",
     "check_translation_folder",

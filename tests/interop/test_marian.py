@@ -189,3 +189,21 @@ def test_a_model_without_a_length_limit_exports_one_so_marian_does_not_stop_at_2
     model = VanillaTransformerForConditionalGeneration(tiny_config(dropout=0.0)).eval()
     model.generation_config = model.config.paper_generation_config(max_length=None)  # as folders saved before 0.2
     assert to_marian(model).generation_config.max_length == model.config.max_position_embeddings
+
+
+def test_verify_export_refuses_an_export_folder_in_one_line_naming_the_folder_it_wants(tmp_path, capsys):
+    tokenizer = tiny_tokenizer()
+    model = VanillaTransformerForConditionalGeneration(tiny_config(vocab_size=len(tokenizer))).eval()
+    model.save_pretrained(tmp_path / "ours")
+    tokenizer.save_pretrained(tmp_path / "ours")
+    marian = export_marian(tmp_path / "ours", tmp_path / "marian")
+    onnx = export_marian(tmp_path / "ours", tmp_path / "onnx")  # an `export onnx` folder: the Marian folder + graphs
+    (onnx / "onnx").mkdir()
+    (onnx / "onnx" / "encoder_model.onnx").write_bytes(b"")
+    for folder, kind in ((marian, "a MarianMTModel folder"), (onnx, "an ONNX export")):
+        capsys.readouterr()
+        argv = ["verify-export", "--model", str(folder), "--limit", "2", "--engines", "marian"]
+        assert cli.main(argv) == 2
+        out, err = capsys.readouterr()
+        assert out == "" and len(err.splitlines()) == 1, err
+        assert f"--model {folder} is {kind}" in err and "the folder it was exported from" in err, err
