@@ -47,7 +47,7 @@ def json_object(body: bytes) -> dict:
     except json.JSONDecodeError as error:
         raise ApiError(400, f"Invalid JSON format: {error.msg} (line {error.lineno}, column {error.colno})") from None
     if not isinstance(value, dict):
-        raise ApiError(400, "Invalid JSON format: the body must be a JSON object")
+        raise ApiError(400, "Invalid JSON format")  # LibreTranslate's words, which clients match
     return value
 
 
@@ -60,6 +60,7 @@ async def fields(request: Request, max_bytes: int) -> tuple[dict, bool]:
     if request.headers.get("content-type", "").startswith("multipart/form-data"):
         pairs += await _multipart(request, body)
     else:
+        check_not_json(request, body)
         pairs += _query(body, "the body")
     values: dict = {}
     for name, value in pairs:
@@ -70,6 +71,22 @@ async def fields(request: Request, max_bytes: int) -> tuple[dict, bool]:
         else:
             values[name] = [values[name], value]
     return values, False
+
+
+def check_not_json(request: Request, body: bytes) -> None:
+    """Refuse a JSON object sent without a JSON content type (`curl -d '{...}'` sends it as a form), naming the header,
+    rather than reading it as form fields and missing every one."""
+    if not body.lstrip().startswith(b"{"):
+        return
+    try:
+        json.loads(body)
+    except ValueError:
+        return
+    sent = request.headers.get("content-type")
+    header = f"its Content-Type is {sent.split(';')[0].strip()}" if sent else "it has no Content-Type header"
+    raise ApiError(
+        400, f"Invalid request: the body is JSON, but {header}: send the header Content-Type: application/json"
+    )
 
 
 async def _multipart(request: Request, body: bytes) -> list[tuple[str, str]]:
@@ -86,9 +103,10 @@ async def _multipart(request: Request, body: bytes) -> list[tuple[str, str]]:
 
 
 def _query(data: str | bytes, where: str) -> list[tuple[str, str]]:
-    """Urlencoded fields, refusing what is not UTF-8 (a browser's form in another encoding, binary data)."""
+    """Urlencoded fields, percent-encoded or raw UTF-8, refusing what is not UTF-8 (a browser's form in another
+    encoding, binary data)."""
     try:
-        text = data.decode("ascii") if isinstance(data, bytes) else data
+        text = data.decode("utf-8") if isinstance(data, bytes) else data  # curl -d sends UTF-8 as it is
         return parse_qsl(text, keep_blank_values=True, encoding="utf-8", errors="strict")
     except UnicodeDecodeError:
         raise ApiError(400, f"Invalid request: {where} is not UTF-8 form data") from None

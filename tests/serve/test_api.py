@@ -4,6 +4,7 @@ answered as `translate` answers its text, and every malformed request a 4xx JSON
 
 import http.client
 import json
+import re
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -73,6 +74,12 @@ def test_json_form_and_multipart_bodies_give_the_same_answers(server, expected):
         assert answer.json() == {"translatedText": expected[text][0]}
     listed = post(server, "/translate", json={**fields, "q": TEXTS[:3]})
     assert listed.json() == {"translatedText": [expected[t][0] for t in TEXTS[:3]]}
+    umlaut = "Das ist schön."  # UTF-8 form bodies as curl -d sends them (raw) and as browsers do (percent-encoded)
+    for body in (f"q={umlaut}&source=de&target=en".encode(), b"q=Das+ist+sch%C3%B6n.&source=de&target=en"):
+        answer = post(
+            server, "/translate", content=body, headers={"content-type": "application/x-www-form-urlencoded"}
+        )
+        assert answer.status_code == 200 and answer.json() == {"translatedText": expected[umlaut][0]}, answer.text
     repeated = post(server, "/translate", content=b"q=Wo+ist+Tom%3F&q=Tom+hat+Hunger.&source=de&target=en")
     assert repeated.json() == {"translatedText": [expected["Wo ist Tom?"][0], expected["Tom hat Hunger."][0]]}
 
@@ -157,10 +164,19 @@ def test_health_languages_and_metrics(server):
 
 
 LIBRE = {"q": "Wo ist Tom?", "source": "de", "target": "en"}
+FORM = {"content-type": "application/x-www-form-urlencoded"}
 BAD_REQUESTS = [
     # (route, body keyword arguments, status, words the error must hold)
     ("/translate", dict(content=b'{"q": "Hallo"', headers={"content-type": "application/json"}), 400, "JSON"),
-    ("/translate", dict(content=b"[1, 2]", headers={"content-type": "application/json"}), 400, "JSON object"),
+    ("/translate", dict(content=b"[1, 2]", headers={"content-type": "application/json"}), 400, "Invalid JSON format"),
+    (
+        "/translate",
+        dict(content=json.dumps(LIBRE).encode(), headers=FORM),
+        400,
+        "Content-Type is application/x-www-form",
+    ),
+    ("/translate", dict(content=json.dumps(LIBRE).encode(), headers={"content-type": ""}), 400, "no Content-Type"),
+    ("/translate", dict(content=b"q=\xff&source=de&target=en"), 400, "UTF-8"),
     ("/translate", dict(content=b'{"q": "\xff"}', headers={"content-type": "application/json"}), 400, "UTF-8"),
     ("/translate", dict(content=b"q=%FF&source=de&target=en"), 400, "UTF-8"),
     ("/translate", dict(json={**LIBRE, "q": ""}), 400, "missing q parameter"),
@@ -200,10 +216,12 @@ def test_every_malformed_request_gets_a_json_error_naming_the_field_and_one_log_
         assert answer.status_code == status, (route, body, answer.text)
         error = answer.json()["error"]
         assert words in error, (route, body, error)
-        assert "Traceback" not in error and "/" not in error.replace("/v1", "")
+        assert "Traceback" not in error and "/" not in re.sub(r"/v1|application/[\w.+-]+", "", error)  # no path
+    not_an_object = post(server, "/translate", json=[LIBRE])
+    assert not_an_object.json() == {"error": "Invalid JSON format"}  # LibreTranslate's exact words
     assert httpx.get(server.url + "/translate").status_code == 405
     assert httpx.post(server.url + "/languages").json() == {"error": "Method Not Allowed"}
     logged = server.output().splitlines()[before:]
     errors = [line for line in logged if " -> 4" in line]
-    assert len(errors) == len(BAD_REQUESTS) + 2, "\n".join(logged)
+    assert len(errors) == len(BAD_REQUESTS) + 3, "\n".join(logged)
     assert not any("Traceback" in line for line in logged)
