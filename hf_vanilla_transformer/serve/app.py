@@ -172,7 +172,8 @@ def create_app(settings: Settings | None = None, *, translator=None, **options) 
     @contextlib.asynccontextmanager
     async def lifespan(app):
         await anyio.to_thread.run_sync(service.start)
-        logger.info(f"Ready: {service.pair.source} -> {service.pair.target}.")
+        # The server binds its address after this: its own line ("Uvicorn running on ...") says when it serves.
+        logger.info(f"Model loaded: {service.pair.source} -> {service.pair.target}.")
         try:
             yield
         finally:

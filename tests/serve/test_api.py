@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from hf_vanilla_transformer.translate.translator import load_translator, translate_lines
-from tests.helpers import SENTENCES, running_server, serving_model_dir
+from tests.helpers import SENTENCES, run_command, running_server, serving_model_dir
 
 
 GERMAN = SENTENCES[0::2]
@@ -225,3 +225,15 @@ def test_every_malformed_request_gets_a_json_error_naming_the_field_and_one_log_
     errors = [line for line in logged if " -> 4" in line]
     assert len(errors) == len(BAD_REQUESTS) + 3, "\n".join(logged)
     assert not any("Traceback" in line for line in logged)
+
+
+def test_a_server_whose_port_is_taken_never_says_it_is_ready(model_dir):
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        done = run_command("serve", "--model", model_dir, "--port", taken.getsockname()[1], timeout=300)
+    assert done.returncode != 0
+    assert "address already in use" in done.stderr.lower(), done.stderr
+    assert not re.search(r"\bready\b", done.stderr, re.IGNORECASE), done.stderr
