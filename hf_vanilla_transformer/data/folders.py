@@ -299,7 +299,8 @@ def existing_folder(path: Path) -> Path:
 
 
 def check_output_file(path: str | Path, overwrite: bool = False, option: str = "--output") -> Path:
-    """`path`, refused if it exists and is not empty unless `overwrite`, or if it cannot be written."""
+    """`path`, refused if it exists and is not empty unless `overwrite`, or if it cannot be written; the folders it
+    goes into are created, as `--output_dir`'s are ([`writes_folder`]): the one rule of every command's output."""
     path = Path(path)
     if path.is_dir():
         raise InputError(f"{option} {path} is a folder: expected a file name.")
@@ -312,6 +313,7 @@ def check_output_file(path: str | Path, overwrite: bool = False, option: str = "
             raise InputError(f"{option} {path}: cannot write it ({error.strerror or error}).") from None
     else:
         check_writable(path, option)
+        path.parent.mkdir(parents=True, exist_ok=True)
     return path
 
 

@@ -89,8 +89,8 @@ def main(argv: list[str], prog: str) -> int:
     check_minimums(MINIMUMS, args)
     check_device(args.device, args.backend)
     check_inputs(args.inputs or ["-"])
-    if args.output not in (None, "-") and not args.resume:
-        check_output_file(args.output, args.overwrite)
+    if args.output not in (None, "-"):  # --resume continues the file it names
+        check_output_file(args.output, args.overwrite or args.resume)
     translator = load_translator(
         args.model,
         backend=args.backend,
