@@ -25,6 +25,7 @@ from starlette.routing import Route
 from ..errors import InputError
 from .access import RateLimits, read_api_keys
 from .bodies import ApiError
+from .detection import LanguageDetector
 from .engines import Translators
 from .languages import Pair
 from .metrics import Metrics
@@ -42,6 +43,7 @@ class Service:
     def __init__(self, settings: Settings, translator=None):
         self.settings, self.translator = settings, translator
         self.metrics = Metrics()
+        self.detector = LanguageDetector()
         self.api_keys = read_api_keys(settings.api_keys) if settings.api_keys else None
         self.limits = RateLimits(settings.rate_limit, self.api_keys)
         self.max_body = 12 * settings.max_chars + 65536  # a form's %XX per UTF-8 byte, JSON's \\uXXXX, and the fields

@@ -4,6 +4,7 @@
 import json
 import math
 
+import anyio
 from starlette.responses import JSONResponse, Response
 
 from ..translate.io import format_translation
@@ -37,6 +38,8 @@ async def translate(service, request) -> Response:
     text_format = text_field(values, "format", required=False) or "text"
     if text_format not in FORMATS:
         raise ApiError(400, f"{text_format} format is not supported")
+    if source.lower() == "auto":
+        detected = await anyio.to_thread.run_sync(lambda: [service.detector.source_of(t, pair.source) for t in texts])
 
     lines = []
     layouts = [layout(text, text_format, lines) for text in texts]
@@ -51,9 +54,7 @@ async def translate(service, request) -> Response:
     best = [text_layout.fill(ranked[0]) for text_layout in layouts]
     answer = {"translatedText": best if is_list else best[0]}
     if source.lower() == "auto":
-        # One source language is all this model reads: "auto" is that one, assumed, not detected.
-        detected = {"confidence": 0.0, "language": pair.source}
-        answer["detectedLanguage"] = [detected] * len(texts) if is_list else detected
+        answer["detectedLanguage"] = detected if is_list else detected[0]
     if alternatives:
         others = [
             unique([text_layout.fill(hypotheses) for hypotheses in ranked[1:]], main)
@@ -102,16 +103,12 @@ async def translate_native(service, request) -> Response:
 
 
 async def detect(service, request) -> Response:
-    """LibreTranslate's `POST /detect`: refused; a model that reads one language cannot tell which one a text is."""
+    """LibreTranslate's `POST /detect`: the likeliest languages of `q` (of all its texts together, for a list)."""
     values, _ = await fields(request, service.max_body)
     service.check_access(request, values)
-    texts_field(values, "q")
-    pair = service.pair
-    raise ApiError(
-        501,
-        f"Language detection is not available: this server translates {pair.source} to {pair.target} only. Send "
-        f'source "{pair.source}" (or "auto", which means {pair.source} here).',
-    )
+    texts, _ = texts_field(values, "q")
+    check_size(texts, service.settings.max_chars)
+    return JSONResponse(await anyio.to_thread.run_sync(service.detector.candidates, "\n".join(texts)))
 
 
 async def languages(service, request) -> Response:

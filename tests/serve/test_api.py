@@ -54,10 +54,42 @@ def test_the_libretranslatepy_client_works_unchanged(server, expected):
         {"code": "de", "name": "German", "targets": ["en"]},
         {"code": "en", "name": "English", "targets": []},
     ]
+    assert client.detect("Ich habe heute keine Zeit.")[0]["language"] == "de"
     with pytest.raises(HTTPError) as refused:
-        client.detect(GERMAN[0])
-    assert refused.value.code == 501
-    assert "detection is not available" in json.loads(refused.value.read())["error"]
+        client.translate("Where is the station?", "auto", "en")
+    assert refused.value.code == 400
+    assert json.loads(refused.value.read())["error"].startswith("en is not supported: the text is detected as English")
+
+
+def test_libretranslates_own_detection_tests_pass(server):
+    """LibreTranslate's tests/test_api/test_api_detect_language.py, against this server."""
+    hello = post(server, "/detect", data={"q": "Hello"})
+    assert hello.status_code == 200 and len(hello.json()) >= 1
+    assert "confidence" in hello.json()[0] and "language" in hello.json()[0]
+    nothing = post(server, "/detect")
+    assert nothing.status_code == 400 and "error" in nothing.json()
+    assert httpx.get(server.url + "/detect").status_code == 405
+    batch = post(server, "/detect", json={"q": ["This is an English sentence", "Esta es una oración en español"]})
+    assert batch.status_code == 200 and isinstance(batch.json(), list) and len(batch.json()) >= 1
+    english = post(server, "/detect", json={"q": "This is an English sentence for detection"})
+    assert english.status_code == 200 and english.json()[0]["language"] == "en"
+    for candidate in english.json():
+        assert set(candidate) == {"language", "confidence"} and 0 <= candidate["confidence"] <= 100
+
+
+def test_auto_translates_what_is_in_the_models_language_and_names_any_other(server, expected):
+    german = "Ich habe Hunger. Wo ist Tom?"
+    answer = post(server, "/translate", json={"q": [german, "🙂"], "source": "auto", "target": "en"}).json()
+    assert answer["translatedText"] == [expected[german][0], "🙂"]
+    (found, nothing) = answer["detectedLanguage"]
+    assert found["language"] == "de" and found["confidence"] > 90 and nothing == {"confidence": 0.0, "language": "de"}
+    french = post(
+        server, "/translate", data={"q": "Où est la gare ? Je ne sais pas.", "source": "auto", "target": "en"}
+    )
+    assert french.status_code == 400
+    error = french.json()["error"]
+    assert error.startswith("fr is not supported: the text is detected as French (fr, confidence"), error
+    assert error.endswith("this server translates from German (de) only"), error
 
 
 def test_json_form_and_multipart_bodies_give_the_same_answers(server, expected):
@@ -90,7 +122,7 @@ def test_alternatives_auto_lines_html_and_text_with_nothing_to_translate(server,
     (alone,) = translate_lines([first], load_translator(str(model_dir), nbest=3))  # the request's batch: it alone
     best, *others = [h.text for h in alone.hypotheses]
     assert answer["translatedText"] == best
-    assert answer["detectedLanguage"] == {"confidence": 0.0, "language": "de"}  # assumed: the one it reads
+    assert answer["detectedLanguage"]["language"] == "de"
     assert answer["alternatives"] == [t for t in dict.fromkeys(others) if t != best]
     lines = post(server, "/translate", data={"q": f"{first}\r\n\n{second}", "source": "de", "target": "en"}).json()
     assert lines["translatedText"] == f"{expected[first][0]}\n\n{expected[second][0]}"
