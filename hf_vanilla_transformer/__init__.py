@@ -15,7 +15,11 @@ from transformers import (
 from transformers.models.auto import modeling_auto
 from transformers.pipelines import PIPELINE_REGISTRY, REMOVED_TASKS
 
-from .model.configuration_vanilla_transformer import VanillaTransformerConfig, paper_generation_config
+from .model.configuration_vanilla_transformer import (
+    VanillaTransformerConfig,
+    max_new_tokens_for,
+    paper_generation_config,
+)
 from .model.modeling_vanilla_transformer import (
     VanillaTransformerForCausalLM,
     VanillaTransformerForConditionalGeneration,
@@ -99,5 +103,6 @@ __all__ = [
     "VanillaTransformerForSequenceClassification",
     "VanillaTransformerModel",
     "VanillaTransformerPreTrainedModel",
+    "max_new_tokens_for",
     "paper_generation_config",
 ]

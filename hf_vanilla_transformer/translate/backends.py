@@ -2,7 +2,7 @@
 (`decoding.py`; float32, bf16/fp16 on GPUs, dynamic int8 on CPUs) and CTranslate2.
 
 Both take batches of source token ids with a new-token limit per sentence and return, per sentence, the best
-hypotheses as token ids with the log-probability of every token. Texts, batching and files are `translate.py`'s.
+hypotheses as token ids with the log-probability of every token. Texts, batching and files are `translator.py`'s.
 """
 
 import copy
