@@ -94,7 +94,7 @@ def finished(checkpoint: str | Path, max_steps: int, num_train_epochs: float) ->
     state = json.loads((Path(checkpoint) / "trainer_state.json").read_text())
     step, epoch = state["global_step"], state.get("epoch") or 0
     if max_steps > 0 and step >= max_steps:
-        return f"already trained {step} steps (--max_steps {max_steps}): nothing to do; a larger --max_steps continues it."
+        return f"already trained {step} steps (--max_steps {max_steps}): nothing to do; a larger --max_steps goes on."
     if max_steps <= 0 and epoch >= num_train_epochs:
         return (
             f"already trained {epoch:g} epochs (--num_train_epochs {num_train_epochs:g}): nothing to do; a larger "
