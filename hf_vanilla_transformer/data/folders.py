@@ -231,6 +231,12 @@ def load_translation_model(name: str, option: str = "--model", model_class=None,
     return model
 
 
+def cache_root() -> Path:
+    """Where the package keeps what it makes once and reuses (CTranslate2 conversions, the pinned transformers.js):
+    `$HF_VANILLA_TRANSFORMER_CACHE`, else `~/.cache/hf_vanilla_transformer`."""
+    return Path(os.environ.get("HF_VANILLA_TRANSFORMER_CACHE") or Path.home() / ".cache" / "hf_vanilla_transformer")
+
+
 def check_output_dir(
     path: str | Path, overwrite: bool = False, option: str = "--output_dir", other_cure: str = ""
 ) -> Path:
@@ -335,6 +341,7 @@ def apply_umask(folder: str | Path) -> None:
 __all__ = [
     "MODEL_FILE_PATTERNS",
     "apply_umask",
+    "cache_root",
     "check_hub_model",
     "check_json_files",
     "check_model_type",

@@ -19,6 +19,12 @@ from dataclasses import asdict, dataclass
 FIELD = "trained_on"  # the generation config attribute (one JSON object), named apart from generate()'s settings
 
 
+def token_ids(value: int | list[int] | None) -> list[int]:
+    """A config's token-id setting (`eos_token_id`, `forced_eos_token_id`), which transformers allows as one id or a
+    list of them, as a list (None: empty)."""
+    return [] if value is None else list(value) if isinstance(value, (list, tuple)) else [value]
+
+
 @dataclass(frozen=True)
 class TrainedOn:
     source_lang: str | None = None

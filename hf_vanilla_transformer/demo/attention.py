@@ -14,6 +14,7 @@ from pathlib import Path
 import torch
 
 from ..data.folders import check_output_dir, load_tokenizer, load_translation_model, writes_folder
+from ..data.trained_on import token_ids
 from ..errors import InputError
 from ..model.configuration_vanilla_transformer import max_new_tokens_for
 from ..model.pipeline_translation import max_source_length
@@ -143,7 +144,7 @@ def attention_maps(model, tokenizer, text: str, **generate_kwargs) -> AttentionM
 def _trim(sequence: torch.Tensor, generation_config) -> torch.Tensor:
     """A generated sequence up to and including its first end-of-sequence token, without the padding after it."""
     eos = generation_config.eos_token_id
-    eos = eos if isinstance(eos, list) else [eos] if eos is not None else []
+    eos = token_ids(eos)
     ends = torch.isin(sequence[1:], torch.tensor(eos, device=sequence.device)).nonzero()
     if len(ends):
         return sequence[: int(ends[0]) + 2]

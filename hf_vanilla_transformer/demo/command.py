@@ -37,8 +37,8 @@ def web_page(argv: list[str], prog: str) -> int:
         prog=prog,
         description="Build a page that translates in the browser with no server: the model exported to ONNX, run by "
         "transformers.js. Needs the `export` extra and npm (it installs the pinned transformers.js once into "
-        "~/.cache/hf_vanilla_transformer). Serve the folder with any static file server, e.g. "
-        "`python -m http.server -d FOLDER 8000`.",
+        "$HF_VANILLA_TRANSFORMER_CACHE, default ~/.cache/hf_vanilla_transformer). Serve the folder with any static "
+        "file server, e.g. `python -m http.server -d FOLDER 8000`.",
     )
     parser.add_argument("--model", required=True, help="a trained model folder with its tokenizer")
     parser.add_argument("--output_dir", required=True, help="a new (or empty) folder for the page")

@@ -20,6 +20,7 @@ from ctranslate2.specs import common_spec, model_spec, transformer_spec
 from transformers import GenerationConfig
 
 from ..data.folders import check_output_dir, load_tokenizer, load_translation_model, writes_folder
+from ..data.trained_on import token_ids
 from ..errors import InputError
 from ..model.configuration_vanilla_transformer import max_new_tokens_for
 from ..model.modeling_vanilla_transformer import (
@@ -109,7 +110,7 @@ def ctranslate2_spec(
             f"Cannot export to CTranslate2: config.activation_function={config.activation_function!r}, but "
             f"CTranslate2 supports {sorted(_ACTIVATIONS)}."
         )
-    if isinstance(config.eos_token_id, list) and len(config.eos_token_id) > 1:
+    if len(token_ids(config.eos_token_id)) > 1:
         raise ValueError(
             f"Cannot export to CTranslate2: config.eos_token_id={config.eos_token_id}, but a CTranslate2 model has "
             "one end token."
@@ -145,7 +146,7 @@ def ctranslate2_spec(
         _set_stack(spec.decoder, model.model.decoder, positions)
         spec.decoder.projection.weight = model.lm_head.weight
 
-    eos_token_id = config.eos_token_id[0] if isinstance(config.eos_token_id, list) else config.eos_token_id
+    eos_token_id = token_ids(config.eos_token_id)[0]
     bos_token_id = config.bos_token_id if config.bos_token_id is not None else config.decoder_start_token_id
     spec.config.bos_token = tokens[bos_token_id]
     spec.config.eos_token = tokens[eos_token_id]

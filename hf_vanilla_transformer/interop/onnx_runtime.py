@@ -16,6 +16,8 @@ import numpy as np
 import onnxruntime
 from transformers import AutoTokenizer
 
+from ..data.folders import cache_root
+from ..data.trained_on import token_ids
 from .onnx import DECODER_FILE, ENCODER_FILE, QUANTIZED_SUFFIX
 
 
@@ -58,7 +60,7 @@ class OnnxSeq2SeqLM:
         self.decoder_start_token_id = config["decoder_start_token_id"]
         self.pad_token_id = config["pad_token_id"]
         eos = config["eos_token_id"]
-        self.eos_token_ids = np.array(eos if isinstance(eos, list) else [eos])
+        self.eos_token_ids = np.array(token_ids(eos))
         self._tokenizer = None
 
     def _empty_cache(self, batch_size: int) -> dict[str, np.ndarray]:
@@ -135,25 +137,25 @@ class OnnxSeq2SeqLM:
         return translations
 
 
-TRANSFORMERS_JS_FOLDER = (
-    Path.home() / ".cache" / "hf_vanilla_transformer" / f"transformers-js-{TRANSFORMERS_JS_VERSION}"
-)
+def _transformers_js_home() -> Path:
+    return cache_root() / f"transformers-js-{TRANSFORMERS_JS_VERSION}"
 
 
 def transformers_js_folder() -> Path | None:
     """The folder of the pinned transformers.js if `install_transformers_js` has installed it, else None."""
-    installed = (TRANSFORMERS_JS_FOLDER / "node_modules" / "@huggingface" / "transformers" / "package.json").is_file()
-    return TRANSFORMERS_JS_FOLDER if installed else None
+    folder = _transformers_js_home()
+    installed = (folder / "node_modules" / "@huggingface" / "transformers" / "package.json").is_file()
+    return folder if installed else None
 
 
 def install_transformers_js(timeout: float = 900) -> Path:
-    """Install the pinned `@huggingface/transformers` with npm into `~/.cache/hf_vanilla_transformer/` (once; later
-    calls reuse it) and return that folder.
+    """Install the pinned `@huggingface/transformers` with npm into the package's cache folder ([`cache_root`]; once,
+    later calls reuse it) and return that folder.
 
     `--ignore-scripts`: the install script of `onnxruntime-node` downloads optional GPU binaries from outside the npm
     registry; the CPU runtime is inside the npm package and needs no script.
     """
-    folder = TRANSFORMERS_JS_FOLDER
+    folder = _transformers_js_home()
     if transformers_js_folder() is None:
         if shutil.which("npm") is None:
             raise RuntimeError("npm is not installed: transformers.js needs Node.js and npm.")

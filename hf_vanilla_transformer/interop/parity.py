@@ -18,6 +18,7 @@ from transformers import GenerationConfig
 
 from ..data.corpus import BUNDLED_CORPUS, load_parallel_corpus
 from ..data.folders import load_tokenizer, load_translation_model, resolve_model
+from ..data.trained_on import token_ids
 from ..model.configuration_vanilla_transformer import max_new_tokens_for
 from ..model.modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
 from ..training.metrics import corpus_scores
@@ -34,7 +35,7 @@ BARS = {"float32": (0.99, 0.1, 0.1), "int8": (0.0, 0.5, float("inf"))}
 def strip_generated(ids: list[int], config) -> list[int]:
     """Generated ids without the decoder start token, cut before the end token (padding follows it)."""
     ids = ids[1:]
-    eos = config.eos_token_id if isinstance(config.eos_token_id, list) else [config.eos_token_id]
+    eos = token_ids(config.eos_token_id)
     end = next((i for i, token in enumerate(ids) if token in eos or token == config.pad_token_id), len(ids))
     return ids[:end]
 

@@ -18,8 +18,8 @@ import torch
 from transformers import AutoConfig, GenerationConfig
 from transformers.utils import logging
 
-from ..data.folders import check_translation_folder, load_tokenizer, load_translation_model, resolve_model
-from ..data.trained_on import trained_on
+from ..data.folders import cache_root, check_translation_folder, load_tokenizer, load_translation_model, resolve_model
+from ..data.trained_on import token_ids, trained_on
 from ..errors import InputError, import_extra
 from ..model.configuration_vanilla_transformer import (
     MAX_LEN_A,
@@ -73,7 +73,7 @@ class TorchBackend:
         self.model, self.tokenizer, self.nbest = model, tokenizer, nbest
         self.device = next(model.parameters()).device
         eos = generation_config.eos_token_id
-        self.eos_ids = set(eos if isinstance(eos, list) else [eos])
+        self.eos_ids = set(token_ids(eos))
         self.input_limit = max_source_length(tokenizer, model.config)
         self.max_position_embeddings = target_positions(model.config, generation_config)
         self.trained_on = trained_on(generation_config)
@@ -291,8 +291,7 @@ def _converted(model_dir: Path, trust_remote_code: bool) -> Path:
     digest = hashlib.sha256(str(model_dir.resolve()).encode())
     for path in sorted(model_dir.glob("*.safetensors")) + sorted(model_dir.glob("*.bin")):
         digest.update(f"{path.name}:{path.stat().st_size}:{path.stat().st_mtime_ns}".encode())
-    cache = Path(os.environ.get("HF_VANILLA_TRANSFORMER_CACHE", Path.home() / ".cache" / "hf_vanilla_transformer"))
-    target = cache / "ctranslate2" / f"{model_dir.resolve().name}-{digest.hexdigest()[:16]}"
+    target = cache_root() / "ctranslate2" / f"{model_dir.resolve().name}-{digest.hexdigest()[:16]}"
     if (target / "model.bin").is_file():
         return target
     logger.warning(f"Converting {model_dir} to CTranslate2 in {target} (once; later runs reuse it).")

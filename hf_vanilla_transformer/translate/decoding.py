@@ -34,7 +34,7 @@ from transformers import (
     SuppressTokensLogitsProcessor,
 )
 
-from ..data.trained_on import FIELD
+from ..data.trained_on import FIELD, token_ids
 from ..errors import InputError
 from ..model.modeling_vanilla_transformer import CACHE_NAME, VanillaTransformerForConditionalGeneration
 
@@ -112,17 +112,13 @@ def decode(
         1 if config.do_sample else config.num_beams or 1,
         config,
     )
-    eos = torch.tensor(_ids(config.eos_token_id), device=device)
+    eos = torch.tensor(token_ids(config.eos_token_id), device=device)
     limits = torch.tensor(limits, device=device)
     start = torch.full((input_ids.shape[0],), config.decoder_start_token_id, device=device)
     if search.num_beams == 1:
         generator = torch.Generator(device).manual_seed(seed) if config.do_sample else None
         return _greedy_or_sample(search, start, eos, limits, config, generator)
     return _beam_search(search, start, eos, limits, config, nbest)
-
-
-def _ids(value) -> list[int]:
-    return [] if value is None else value if isinstance(value, list) else [value]
 
 
 def _rows(outputs, select):
@@ -142,7 +138,7 @@ class _Search:
         self.encoder_outputs = _rows(encoder_outputs, lambda tensor: tensor.repeat_interleave(num_beams, dim=0))
         self.attention_mask = attention_mask.repeat_interleave(num_beams, dim=0)
         self.sentences = torch.arange(attention_mask.shape[0], device=attention_mask.device)  # their input rows
-        eos = _ids(config.eos_token_id)
+        eos = token_ids(config.eos_token_id)
         self.eos = eos
         self.processors = LogitsProcessorList()
         if config.bad_words_ids:
@@ -189,7 +185,7 @@ class _Search:
         if step == 0 and self.config.forced_bos_token_id is not None:
             scores = _force(scores, torch.ones_like(at_limit), self.config.forced_bos_token_id)
         if self.config.forced_eos_token_id is not None:
-            scores = _force(scores, at_limit, _ids(self.config.forced_eos_token_id))
+            scores = _force(scores, at_limit, token_ids(self.config.forced_eos_token_id))
         return scores.log_softmax(-1) if self.config.renormalize_logits else scores
 
     def keep(self, sentences: torch.Tensor) -> torch.Tensor:
@@ -207,10 +203,10 @@ class _Search:
         getattr(self.cache, "self_attention_cache", self.cache).reorder_cache(rows)
 
 
-def _force(scores: torch.Tensor, rows: torch.Tensor, token_ids) -> torch.Tensor:
-    """`scores` where `rows` (bool) may only take one of `token_ids`."""
+def _force(scores: torch.Tensor, rows: torch.Tensor, allowed: list[int]) -> torch.Tensor:
+    """`scores` where `rows` (bool) may only take one of the token ids `allowed`."""
     forced = torch.full_like(scores, -float("inf"))
-    forced[:, token_ids] = 0.0
+    forced[:, allowed] = 0.0
     return torch.where(rows[:, None], forced, scores)
 
 
