@@ -7,7 +7,7 @@ that `--help` and a mistyped command answer without loading torch.
 import importlib
 import sys
 
-from .errors import InputError
+from .errors import InputError, report
 
 
 PROG = "hf-vanilla-transformer"
@@ -52,8 +52,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     name = argv[0]
     if name not in COMMANDS:
-        print(f"{PROG}: error: unknown command {name!r}; the commands are {', '.join(COMMANDS)}.", file=sys.stderr)
-        return 2
+        return report(PROG, f"unknown command {name!r}; the commands are {', '.join(COMMANDS)}.")
     module, function, _ = COMMANDS[name]
     prog = f"{PROG} {name}"
     run = getattr(importlib.import_module(f"{__package__}.{module}"), function)
@@ -63,8 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return run(argv[1:], prog) or 0
     except InputError as error:
-        print(f"{prog}: error: {error}", file=sys.stderr)
-        return 2
+        return report(prog, error)
 
 
 if __name__ == "__main__":

@@ -11,12 +11,18 @@ class InputError(ValueError):
     expected. `hf-vanilla-transformer` reports it as one line; any other exception is a bug."""
 
 
+def report(prog: str, message) -> int:
+    """Print a user's mistake as the one line every command ends with, `PROG: error: MESSAGE`, on stderr; return the
+    exit status 2."""
+    print(f"{prog}: error: {message}", file=sys.stderr)
+    return 2
+
+
 class OneLineErrors:
     """For `argparse.ArgumentParser` subclasses: a wrong option is reported as one line, like an [`InputError`]."""
 
     def error(self, message: str):
-        print(f"{self.prog}: error: {message} (see --help)", file=sys.stderr)
-        sys.exit(2)
+        sys.exit(report(self.prog, f"{message} (see --help)"))
 
 
 class CommandParser(OneLineErrors, argparse.ArgumentParser):
@@ -73,4 +79,5 @@ __all__ = [
     "check_minimums",
     "import_extra",
     "one_line",
+    "report",
 ]

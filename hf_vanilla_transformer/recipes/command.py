@@ -1,9 +1,8 @@
 """`hf-vanilla-transformer train {translation,language-modeling,classification}`: each head's recipe."""
 
 import importlib
-import sys
 
-from ..errors import InputError
+from ..errors import InputError, report
 
 
 # head -> (module of this folder with main(argv, prog), one-line help)
@@ -22,12 +21,10 @@ def main(argv: list[str], prog: str) -> int:
             print(message)
             return 0
         got = f"unknown head {argv[0]!r}" if argv else "which head to train?"
-        print(f"{prog}: error: {got}; the heads are {', '.join(HEADS)} (see --help).", file=sys.stderr)
-        return 2
+        return report(prog, f"{got}; the heads are {', '.join(HEADS)} (see --help).")
     module, _ = HEADS[argv[0]]
     prog = f"{prog} {argv[0]}"
     try:
         return importlib.import_module(f"{__package__}.{module}").main(argv[1:], prog)
     except InputError as error:  # named with the head, as a mistake in its options
-        print(f"{prog}: error: {error}", file=sys.stderr)
-        return 2
+        return report(prog, error)
