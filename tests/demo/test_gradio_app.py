@@ -12,7 +12,6 @@ import sys
 import pytest
 import yaml
 from PIL import Image
-from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
 
 gradio = pytest.importorskip("gradio", reason="gradio is in the `demo` and `dev` extras: pip install -e '.[dev]'")
@@ -27,8 +26,6 @@ from hf_vanilla_transformer.translate.translator import load_translator, transla
 from tests.helpers import (  # noqa: E402
     DEMO_SENTENCES,
     free_port,  # noqa: E402
-    one_thread,
-    tiny_translator_dir,
 )
 
 
@@ -36,23 +33,6 @@ pytestmark = pytest.mark.slow  # servers, browsers, whole command runs
 
 
 DEFAULTS = ("cross-attention", "average", "average")
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    with one_thread():
-        yield
-
-
-@pytest.fixture(scope="module")
-def model_dir():
-    return tiny_translator_dir()
-
-
-@pytest.fixture(scope="module")
-def reference(model_dir):
-    """The model and tokenizer loaded separately from the app's, to compute what the app must answer."""
-    return AutoModelForSeq2SeqLM.from_pretrained(model_dir).eval(), AutoTokenizer.from_pretrained(model_dir)
 
 
 @pytest.fixture(scope="module")

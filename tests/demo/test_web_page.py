@@ -6,7 +6,6 @@ The no-server page must translate exactly like PyTorch's greedy search, and load
 import json
 
 import pytest
-from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
 from hf_vanilla_transformer import cli
 from hf_vanilla_transformer.demo.attention import attention_maps
@@ -15,7 +14,6 @@ from tests.helpers import (
     DEMO_SENTENCES,
     chrome,
     free_port,
-    one_thread,
     requested_urls,
     require_chromium,
     require_transformers_js,
@@ -35,22 +33,6 @@ pytestmark = pytest.mark.slow  # servers, browsers, whole command runs
 
 # Umlauts and ß: the page's tokenizer (transformers.js) must split them like the Rust one.
 STATIC_PAGE_SENTENCES = [*DEMO_SENTENCES, "Größer ist nicht immer besser.", "Er mag Äpfel und Bücher."]
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    with one_thread():
-        yield
-
-
-@pytest.fixture(scope="module")
-def model_dir():
-    return tiny_translator_dir()
-
-
-@pytest.fixture(scope="module")
-def reference(model_dir):
-    return AutoModelForSeq2SeqLM.from_pretrained(model_dir).eval(), AutoTokenizer.from_pretrained(model_dir)
 
 
 @pytest.fixture(scope="module")
