@@ -1,5 +1,6 @@
-"""The package installs as a wheel: built offline, installed into a fresh virtual environment, it runs the demo's data
-loading, a training step and the pipeline without the source tree on the path."""
+"""The package releases: `python -m build` (offline, without build isolation) gives a wheel and an sdist that
+`twine check` accepts, and the wheel, installed into a fresh virtual environment, runs every command without the
+source tree on the path."""
 
 import os
 import shutil
@@ -58,20 +59,10 @@ def test_the_wheel_holds_every_file_the_package_reads_and_works_in_a_fresh_envir
     source = tmp_path / "source"  # a copy: building writes build/ and *.egg-info next to the sources
     junk = (".git", ".venv*", "__pycache__", "build", "dist", "*.egg-info", ".pytest_cache", ".hypothesis", "outputs")
     shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(*junk, "runs"))
-    run(
-        sys.executable,
-        "-m",
-        "pip",
-        "wheel",
-        "--no-deps",
-        "--no-build-isolation",
-        "--no-index",
-        "-q",
-        "-w",
-        tmp_path,
-        source,
-    )
+    run(sys.executable, "-m", "build", "--no-isolation", "--outdir", tmp_path, source)  # the sdist, its wheel
     (wheel,) = tmp_path.glob("hf_vanilla_transformer-*.whl")
+    (sdist,) = tmp_path.glob("hf_vanilla_transformer-*.tar.gz")
+    assert "PASSED" in run(sys.executable, "-m", "twine", "check", "--strict", wheel, sdist).stdout
     names = set(zipfile.ZipFile(wheel).namelist())
     assert RUN_TIME_FILES <= names, RUN_TIME_FILES - names
     assert {f"hf_vanilla_transformer/{path.name}" for path in (ROOT / "hf_vanilla_transformer").glob("*.py")} <= names
