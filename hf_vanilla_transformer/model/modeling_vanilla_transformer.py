@@ -270,12 +270,6 @@ class VanillaTransformerPreTrainedModel(PreTrainedModel):
             # Generation stops at the model's positions rather than at GenerationConfig's default of 20 tokens.
             self.generation_config.update(**max_length_setting(config))
 
-    def post_init(self):
-        super().post_init()
-        # Tied copies are not saved, only their source: listed here, `Trainer` re-ties them when it resumes instead of
-        # warning about missing keys.
-        self._keys_to_ignore_on_save = set(self._keys_to_ignore_on_save or ()) | set(self.all_tied_weights_keys)
-
     def resize_token_embeddings(self, new_num_tokens=None, pad_to_multiple_of=None, mean_resizing=True):
         embeddings = super().resize_token_embeddings(new_num_tokens, pad_to_multiple_of, mean_resizing)
         model = self.base_model
@@ -482,11 +476,6 @@ class VanillaTransformerDecoder(VanillaTransformerStack):
 class VanillaTransformerModel(VanillaTransformerPreTrainedModel):
     """Encoder and decoder with one shared embedding matrix (section 3.4) when `config.tie_word_embeddings`."""
 
-    _tied_weights_keys = {
-        "encoder.embed_tokens.weight": "shared.weight",
-        "decoder.embed_tokens.weight": "shared.weight",
-    }
-
     def __init__(self, config: VanillaTransformerConfig):
         super().__init__(config)
         self.shared = None  # untied models have no `shared` matrix rather than an unused one, which would break DDP
@@ -495,19 +484,22 @@ class VanillaTransformerModel(VanillaTransformerPreTrainedModel):
         self.encoder = VanillaTransformerEncoder(config)
         self.decoder = VanillaTransformerDecoder(config)
         if self.shared is not None:
-            # One module, not three sharing a weight: sharding frameworks (FSDP) group parameters by module, and a
-            # weight reached through a module that never runs forward is gathered too late.
-            self.encoder.embed_tokens = self.decoder.embed_tokens = self.shared
+            self.set_input_embeddings(self.shared)
         self.post_init()
 
     def get_input_embeddings(self) -> nn.Embedding:
         return self.shared if self.shared is not None else self.encoder.embed_tokens
 
     def set_input_embeddings(self, value: nn.Embedding):
-        if self.shared is not None:
-            self.shared = value
-            self.decoder.embed_tokens = value
-        self.encoder.embed_tokens = value
+        if self.shared is None:
+            self.encoder.embed_tokens = value
+            return
+        # The one matrix is one module, registered once (here) and called by both stacks: sharding frameworks (FSDP)
+        # gather a weight when its module runs, and transformers saves, loads and ties each registered weight once.
+        self.shared = value
+        for stack in (self.encoder, self.decoder):
+            del stack.embed_tokens
+            object.__setattr__(stack, "embed_tokens", value)  # a reference, not a submodule of the stack
 
     @can_return_tuple
     def forward(
