@@ -8,6 +8,7 @@ loads one, and `hf-vanilla-transformer upgrade-folder DIR` gives it the current 
 """
 
 import argparse
+import importlib
 import json
 import logging
 import shutil
@@ -44,7 +45,7 @@ def class_modules() -> dict[str, str]:
     """{class name: module} of every class the model code files define, as `auto_map` names them."""
     modules = {}
     for name in CODE_FILES:
-        module = __import__(f"{model_room.__name__}.{Path(name).stem}", fromlist=["*"])
+        module = importlib.import_module(f"{model_room.__name__}.{Path(name).stem}")
         for attribute in vars(module).values():
             if isinstance(attribute, type) and attribute.__module__ == module.__name__:
                 modules[attribute.__name__] = Path(name).stem
