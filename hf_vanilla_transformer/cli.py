@@ -22,6 +22,7 @@ COMMANDS = {
     "serve": ("serve.command", "main", "serve a trained model over HTTP: LibreTranslate's API, batched requests"),
     "export": ("interop.command", "export", "export a trained model to CTranslate2, MarianMTModel or ONNX, exactly"),
     "verify-export": ("interop.command", "verify", "how exactly every export reproduces a model, on a test set"),
+    "upgrade-folder": ("data.saved_code", "main", "give folders saved by earlier versions this version's model code"),
     "average": ("training.command", "main", "average the last checkpoints of a training run (section 6.1)"),
     "publish": ("hub.command", "main", "publish a trained model to the Hugging Face Hub with its model card"),
     "demo": ("demo.command", "demo", "serve the Gradio translation page, or write it as a Hugging Face Space"),

@@ -15,6 +15,7 @@ from huggingface_hub.utils import validate_repo_id
 from safetensors import SafetensorError
 
 from ..errors import InputError, one_line
+from .saved_code import warn_if_outdated
 
 
 # What a saved model folder holds (weights, configs, code, tokenizer, card, run report); a checkpoint also holds the
@@ -207,6 +208,7 @@ def load_translation_model(name: str, option: str = "--model", model_class=None,
     check_translation_folder(name, option)
     if model_class is not None:
         check_model_type(name, model_class, option)
+    warn_if_outdated(name)
     try:
         model, loading = (model_class or AutoModelForSeq2SeqLM).from_pretrained(
             name, output_loading_info=True, **kwargs

@@ -63,8 +63,26 @@ def _reorder_model_dimension(state_dict: dict[str, torch.Tensor], index: torch.T
 def load_converted_weights(
     model: torch.nn.Module, state_dict: dict[str, torch.Tensor], ignored: set[str] = frozenset()
 ):
-    """Load every parameter of `model` from `state_dict`; a missing, left over or misshapen one is an error."""
+    """Load every parameter of `model` from `state_dict`; a missing, left over or misshapen one is an error. One
+    matrix under several names (a tied embedding: Marian lists its aliases, this package's model only `shared`) is
+    given under any of them, with the same values."""
     expected = set(model.state_dict()) - ignored
+    state_dict = dict(state_dict)
+    names = {}  # parameter -> the names `model` reaches it by
+    for name in expected | set(state_dict):
+        try:
+            names.setdefault(id(model.get_parameter(name)), []).append(name)
+        except AttributeError:
+            continue
+    for aliases in names.values():
+        given = [name for name in aliases if name in state_dict]
+        if any(not torch.equal(state_dict[given[0]], state_dict[name]) for name in given[1:]):
+            raise ValueError(f"The converted weights give one matrix different values under {sorted(given)}.")
+        value = state_dict[given[0]] if given else None
+        for name in aliases:
+            state_dict.pop(name, None)
+            if name in expected and value is not None:
+                state_dict[name] = value
     missing, unexpected = expected - set(state_dict), set(state_dict) - expected
     if missing or unexpected:
         raise ValueError(

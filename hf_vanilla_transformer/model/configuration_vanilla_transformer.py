@@ -3,7 +3,7 @@
 """Configuration of the encoder-decoder Transformer of "Attention Is All You Need" (Vaswani et al., 2017)."""
 
 import copy
-from typing import ClassVar, Literal
+from typing import Literal
 
 from huggingface_hub.dataclasses import strict
 from transformers import GenerationConfig, PreTrainedConfig
@@ -25,23 +25,17 @@ class VanillaTransformerConfig(PreTrainedConfig):
     `VanillaTransformerConfig.from_paper("big", vocab_size=...)` gives the big one. Fields are named as in BART and
     Marian; one vocabulary serves source and target (the paper's shared BPE). What theirs do not say:
 
-    - `max_position_embeddings`: a limit, not a table size (positions come from the sinusoid formula); longer inputs
-      raise a `ValueError` instead of an index error.
+    - `max_position_embeddings`: a limit, not a table size (positions come from the sinusoid formula).
     - `dropout`: the paper's P_drop, on each sublayer output before the residual add and on the sum of embeddings and
       positional encodings. `attention_dropout` and `activation_dropout` (0.0) are not in the paper.
     - `scale_embedding`, `tie_word_embeddings`: section 3.4, embeddings times sqrt(d_model) and one matrix for both
       embeddings and the output projection (`False`: three).
-    - `norm_first`: `False` is the paper's post-norm `LayerNorm(x + Dropout(Sublayer(x)))`, `True` the pre-norm
-      `x + Dropout(Sublayer(LayerNorm(x)))`.
-    - `stack_layer_norm`: a LayerNorm ending each stack. Defaults to `norm_first`: pre-norm stacks need it, the paper's
-      post-norm has none (`torch.nn.Transformer` has it in both modes).
-    - `init_std`: normal init of every linear and embedding weight, as in BART (the paper names none); on the bundled
-      demo it trains faster than tensor2tensor's Xavier-uniform layers with d_model**-0.5 embeddings.
-    - `label_smoothing`: of the loss computed from `labels` (section 5.4 uses 0.1), a training setting like `dropout`
-      kept here so that every trainer gets the same loss.
+    - `norm_first`: `False` is the paper's post-norm (section 5.4), `True` the pre-norm.
+    - `stack_layer_norm`: a LayerNorm ending each stack; defaults to `norm_first` (pre-norm stacks need it).
+    - `init_std`: normal init of every linear and embedding weight, as in BART (the paper names none).
+    - `label_smoothing`: of the loss computed from `labels` (section 5.4 uses 0.1), so that every trainer gets it.
     - `is_encoder_decoder=False`: the decoder stack alone, without cross-attention, for
-      [`VanillaTransformerForCausalLM`] (which also takes the encoder-decoder config);
-      [`VanillaTransformerForSequenceClassification`] uses the encoder.
+      [`VanillaTransformerForCausalLM`] (which also takes the encoder-decoder config).
     - `classifier_pooling`: what the classifier reads, the mean of the real tokens' final states or the first one's.
     """
 
@@ -80,20 +74,17 @@ class VanillaTransformerConfig(PreTrainedConfig):
     is_encoder_decoder: bool = True
     classifier_pooling: Literal["mean", "first"] = "mean"
 
-    # {task: pipeline class name} of the pipelines this process serves as local code (the package's import fills it).
-    local_pipelines: ClassVar[dict[str, str]] = {}
-
     @classmethod
     def from_dict(cls, config_dict: dict, **kwargs):
         # Saved folders name their pipeline in `custom_pipelines`, which processes without this package load as remote
-        # code (trust_remote_code=True). transformers reads `custom_pipelines` before its registry, so the entries this
-        # process serves itself are dropped: local code wins, as for the model classes, and needs no trust.
+        # code. transformers reads it before its pipeline registry, so the entries the registry already serves with
+        # the class of that name are dropped: local code wins, as for the model classes, and needs no trust.
+        from transformers.pipelines import PIPELINE_REGISTRY
+
+        class_name = lambda impl: getattr(impl, "__name__", str(impl)).rsplit(".", 1)[-1]  # noqa: E731 (class or path)
         custom = config_dict.get("custom_pipelines") or {}
-        remote = {
-            task: entry
-            for task, entry in custom.items()
-            if cls.local_pipelines.get(task) != entry.get("impl", "").rsplit(".", 1)[-1]
-        }
+        served = {task: class_name(entry.get("impl")) for task, entry in PIPELINE_REGISTRY.supported_tasks.items()}
+        remote = {task: entry for task, entry in custom.items() if served.get(task) != class_name(entry.get("impl"))}
         if remote != custom:
             config_dict = {key: value for key, value in config_dict.items() if key != "custom_pipelines"}
             config_dict.update({"custom_pipelines": remote} if remote else {})
@@ -106,38 +97,27 @@ class VanillaTransformerConfig(PreTrainedConfig):
 
     def validate_architecture(self):
         """Part of `@strict`-powered validation (the field types are checked on assignment): the values that fit."""
-
-        def fail(name, expected):
-            raise ValueError(f"VanillaTransformerConfig: `{name}` must be {expected}, got {getattr(self, name)!r}.")
-
-        sizes = ("vocab_size", "d_model", "max_position_embeddings")
+        heads = ("encoder_attention_heads", "decoder_attention_heads")
+        sizes = ("vocab_size", "d_model", "max_position_embeddings", *heads)
         sizes += tuple(f"{stack}_{size}" for stack in ("encoder", "decoder") for size in ("layers", "ffn_dim"))
-        for name in sizes + ("encoder_attention_heads", "decoder_attention_heads"):
-            if getattr(self, name) <= 0:
-                fail(name, "a positive integer")
-        if self.d_model % 2:
-            fail("d_model", "even (the sinusoidal encoding pairs sin and cos dimensions)")
-        for name in ("encoder_attention_heads", "decoder_attention_heads"):
-            if self.d_model % getattr(self, name):
-                fail(name, f"a divisor of d_model={self.d_model}")
-        for name in ("dropout", "attention_dropout", "activation_dropout", "label_smoothing"):
-            if not 0 <= getattr(self, name) < 1:
-                fail(name, "a probability in [0, 1)")
-        for name in ("layer_norm_eps", "init_std"):
-            if getattr(self, name) <= 0:
-                fail(name, "a positive number")
-        if self.activation_function not in ACT2FN:
-            fail("activation_function", f"one of {sorted(ACT2FN)}")
-        for name in SPECIAL_TOKEN_IDS:
-            ids = getattr(self, name)
-            for token_id in ids if isinstance(ids, list) else [ids]:
-                if token_id is not None and not 0 <= token_id < self.vocab_size:
-                    fail(name, f"None or a token id in [0, vocab_size={self.vocab_size})")
+        probabilities = ("dropout", "attention_dropout", "activation_dropout", "label_smoothing")
+        token_id = f"None or a token id in [0, vocab_size={self.vocab_size})"
+        rules = [(name, lambda v: v > 0, "a positive integer") for name in sizes]
+        rules += [("d_model", lambda v: v % 2 == 0, "even (the sinusoidal encoding pairs sin and cos dimensions)")]
+        rules += [(name, lambda v: self.d_model % v == 0, f"a divisor of d_model={self.d_model}") for name in heads]
+        rules += [(name, lambda v: 0 <= v < 1, "a probability in [0, 1)") for name in probabilities]
+        rules += [(name, lambda v: v > 0, "a positive number") for name in ("layer_norm_eps", "init_std")]
+        rules += [("activation_function", lambda v: v in ACT2FN, f"one of {sorted(ACT2FN)}")]
+        in_vocabulary = lambda ids: all(i is None or 0 <= i < self.vocab_size for i in ids)  # noqa: E731
+        rules += [(name, in_vocabulary, token_id) for name in SPECIAL_TOKEN_IDS]
+        for name, fits, expected in rules:
+            value = getattr(self, name)
+            if not fits(value if name not in SPECIAL_TOKEN_IDS or isinstance(value, list) else [value]):
+                raise ValueError(f"VanillaTransformerConfig: `{name}` must be {expected}, got {value!r}.")
 
     def get_text_config(self, decoder=None, encoder=None) -> "VanillaTransformerConfig":
         """Caches read the generic sizes (`num_hidden_layers`, ...) from `decoder=True`, and they name the encoder's: a
-        decoder-only config answers with a copy holding its decoder's. Otherwise the config itself (which callers such
-        as `resize_token_embeddings` update)."""
+        decoder-only config answers with a copy holding its decoder's; otherwise the config itself."""
         if self.is_encoder_decoder or not decoder:
             return super().get_text_config(decoder=decoder, encoder=encoder)
         decoder_sizes = copy.deepcopy(self)
@@ -162,12 +142,7 @@ class VanillaTransformerConfig(PreTrainedConfig):
 MAX_LEN_A, MAX_LEN_B = 1, 50
 
 
-def max_new_tokens_for(
-    source_length: int,
-    max_position_embeddings: int | None = None,
-    max_len_a: float = MAX_LEN_A,
-    max_len_b: int = MAX_LEN_B,
-) -> int:
+def max_new_tokens_for(source_length: int, max_position_embeddings=None, max_len_a=MAX_LEN_A, max_len_b=MAX_LEN_B):
     """The most tokens to generate for a source of `source_length` tokens (EOS included; for a batch, its padded
     length): `max_len_a` x `source_length` + `max_len_b`, within the target positions of a model with
     `max_position_embeddings` (the decoder start token takes one). The one owner of the paper's length rule."""
@@ -192,19 +167,13 @@ def special_token_ids(config: PreTrainedConfig) -> dict:
 
 def paper_generation_config(config: PreTrainedConfig, **kwargs) -> GenerationConfig:
     """The paper's decoding (section 6.1) for any seq2seq `config`'s special tokens: beam size 4, length penalty 0.6,
-    stop when all beams have ended, at most the model's positions (`max_length`); keyword arguments override any
-    setting. The paper's source length + 50 ([`max_new_tokens_for`]) depends on each source: the translation
-    pipeline and `translate` apply it within `max_length`."""
+    stop when all beams have ended; keyword arguments override any setting. The paper's source length + 50
+    ([`max_new_tokens_for`]) depends on each source: the translation pipeline and `translate` apply it."""
     settings = dict(num_beams=4, length_penalty=0.6, early_stopping=True)
-    settings.update(max_length_setting(config))
+    if getattr(config, "max_position_embeddings", None):  # at most the model's positions
+        settings["max_length"] = config.max_position_embeddings
     return GenerationConfig(**special_token_ids(config), **{**settings, **kwargs})
 
 
-def max_length_setting(config: PreTrainedConfig) -> dict:
-    """`max_length` of a generation config for `config`: its positions, where it has a limit."""
-    limit = getattr(config, "max_position_embeddings", None)
-    return {} if limit is None else {"max_length": limit}
-
-
-__all__ = ["MAX_LEN_A", "MAX_LEN_B", "VanillaTransformerConfig", "max_length_setting", "max_new_tokens_for"]
+__all__ = ["MAX_LEN_A", "MAX_LEN_B", "VanillaTransformerConfig", "max_new_tokens_for"]
 __all__ += ["paper_generation_config", "special_token_ids", "target_positions"]

@@ -1,16 +1,43 @@
 # Copyright 2026 The hf_vanilla_transformer authors.
 # SPDX-License-Identifier: Apache-2.0
 """The checks of the model's inputs: one typed block, reached by one call per stack, so that a caller's mistake is an
-error naming the argument and what was expected instead of an `IndexError` or a NaN deep inside a layer.
+error naming the argument and what was expected instead of an `IndexError` or a NaN deep inside a layer. And the
+one place that knows the cache's name in each transformers release (`CACHE_NAME`, `takes_cache`).
 
 Not the paper, so not in the modeling file; it ships beside it as remote code and imports only torch and transformers.
 """
 
+import dataclasses
+import functools
+import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
-from transformers.cache_utils import EncoderDecoderCache
+from transformers.cache_utils import Cache, EncoderDecoderCache
+from transformers.modeling_outputs import Seq2SeqLMOutput
 from transformers.utils import is_torchdynamo_compiling
+
+
+# transformers 5.24 renamed the decoding cache from `past_key_values` to `cache`: the argument `generate()` passes to
+# `forward` and the output field it reads back. Both releases meet here alone: the models take `cache` (and, through
+# `takes_cache`, 5.23's name) and their outputs carry it under the installed release's name.
+CACHE_NAME = "cache" if "cache" in {field.name for field in dataclasses.fields(Seq2SeqLMOutput)} else "past_key_values"
+
+
+def takes_cache(forward: Callable) -> Callable:
+    """`forward` also takes the cache as `past_key_values`: what `generate()` passes before 5.24, deprecated from 5.24
+    on (as in transformers' own models)."""
+
+    @functools.wraps(forward)
+    def forward_taking_either_name(self, *args, past_key_values: Cache | None = None, **kwargs):
+        if past_key_values is not None:
+            if CACHE_NAME == "cache":
+                warnings.warn("`past_key_values` is deprecated: pass the cache as `cache`.", FutureWarning, 2)
+            kwargs["cache"] = past_key_values
+        return forward(self, *args, **kwargs)
+
+    return forward_taking_either_name
 
 
 @dataclass(frozen=True)
@@ -111,4 +138,5 @@ def check_encoder_states(config, hidden_states, encoder_hidden_states, cache) ->
         raise TypeError(f"The decoding cache must be an `EncoderDecoderCache`, got {type(cache).__name__}.")
 
 
-__all__ = ["SEQUENCE", "SOURCE", "TARGET", "StackInputs", "check_encoder_states", "check_inputs", "check_labels"]
+__all__ = ["CACHE_NAME", "SEQUENCE", "SOURCE", "TARGET", "StackInputs", "check_encoder_states", "check_inputs"]
+__all__ += ["check_labels", "takes_cache"]

@@ -4,23 +4,18 @@
 
 Figure 1 of the paper, box by box, in the order of this file (which is the order the data flows):
 
-    Input / Output Embedding       `VanillaTransformerStack.embed_tokens` (x sqrt(d_model), section 3.4)
-    Positional Encoding            `VanillaTransformerSinusoidalPositionalEncoding` (section 3.5)
-    Multi-Head Attention           `VanillaTransformerAttention` (section 3.2.2), all three uses
-    Add & Norm                     `VanillaTransformerLayer.residual` (section 5.4)
-    Feed Forward                   `VanillaTransformerLayer.feed_forward` (section 3.3)
-    the left block, N x            `VanillaTransformerEncoderLayer`, stacked by `VanillaTransformerEncoder`
-    the right block, N x           `VanillaTransformerDecoderLayer` (masked self-attention, encoder-decoder
-                                   attention, feed-forward), stacked by `VanillaTransformerDecoder`
-    both stacks                    `VanillaTransformerModel`
-    Linear + Softmax               `VanillaTransformerForConditionalGeneration.lm_head`, trained by
-                                   `token_cross_entropy` (label smoothing, section 5.4)
+    Input / Output Embedding    `VanillaTransformerStack.embed_tokens` (x sqrt(d_model), section 3.4)
+    Positional Encoding         `VanillaTransformerSinusoidalPositionalEncoding` (section 3.5)
+    Multi-Head Attention        `VanillaTransformerAttention` (section 3.2.2), all three uses
+    Add & Norm, Feed Forward    `VanillaTransformerLayer.add_and_norm` (section 5.4), `.feed_forward` (section 3.3)
+    the left block, N x         `VanillaTransformerEncoderLayer`, stacked by `VanillaTransformerEncoder`
+    the right block, N x        `VanillaTransformerDecoderLayer`, stacked by `VanillaTransformerDecoder`
+    both stacks                 `VanillaTransformerModel`
+    Linear + Softmax            `VanillaTransformerForConditionalGeneration.lm_head`, trained by `token_cross_entropy`
 
 The other heads reuse one stack: `VanillaTransformerForCausalLM` (the decoder without cross-attention) and
-`VanillaTransformerForSequenceClassification` (the encoder).
-
-Not the paper, and beside this file: `padding.py` (each stack packs its real tokens into rows once; only the attention
-kernel sees the padded layout) and `input_checks.py` (errors naming the argument).
+`VanillaTransformerForSequenceClassification` (the encoder). Not the paper, and beside this file: `padding.py` (each
+stack packs its real tokens into rows once) and `input_checks.py` (errors naming the argument; the cache's name).
 
 Shapes: b batch, s source length, t target length (new tokens), k key length (cache + new), n real (non-padding)
 tokens packed by `Padding`, h heads, d d_model, dh head dim, v vocabulary. Masks follow transformers: 2D
@@ -29,7 +24,6 @@ tokens packed by `Padding`, h heads, d d_model, dh head dim, v vocabulary. Masks
 
 import copy
 import dataclasses
-from collections.abc import Callable
 
 import torch
 from torch import nn
@@ -52,20 +46,19 @@ from transformers.utils import TransformersKwargs, can_return_tuple
 from transformers.utils.generic import merge_with_config_defaults
 from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
-from .configuration_vanilla_transformer import VanillaTransformerConfig, max_length_setting
-from .input_checks import SEQUENCE, SOURCE, TARGET, StackInputs, check_encoder_states, check_inputs, check_labels
+from .configuration_vanilla_transformer import VanillaTransformerConfig
+from .input_checks import (
+    CACHE_NAME,
+    SEQUENCE,
+    SOURCE,
+    TARGET,
+    StackInputs,
+    check_encoder_states,
+    check_inputs,
+    check_labels,
+    takes_cache,
+)
 from .padding import NO_PADDING, Padding
-
-
-# transformers 5.24 renamed the decoding cache from `past_key_values` to `cache`: the argument `generate()` passes to
-# `forward` and the output field it reads back. The models take either name and answer with the installed release's.
-CACHE_NAME = "cache" if "cache" in {field.name for field in dataclasses.fields(Seq2SeqLMOutput)} else "past_key_values"
-
-
-def take_cache(cache: Cache | None, kwargs: dict) -> Cache | None:
-    """The cache passed as `cache`, or under its name before transformers 5.24 (`past_key_values`, in `kwargs`)."""
-    earlier = kwargs.pop("past_key_values", None)
-    return earlier if cache is None else cache
 
 
 class VanillaTransformerSinusoidalPositionalEncoding(nn.Module):
@@ -167,7 +160,8 @@ class VanillaTransformerAttention(nn.Module):
 
 
 class VanillaTransformerLayer(GradientCheckpointingLayer):
-    """What encoder and decoder layers share: the residual connection and the position-wise feed-forward network."""
+    """What encoder and decoder layers share: Add & Norm around each sublayer, and the position-wise feed-forward
+    network."""
 
     def __init__(self, config: VanillaTransformerConfig):
         super().__init__()
@@ -176,13 +170,14 @@ class VanillaTransformerLayer(GradientCheckpointingLayer):
         self.activation_fn = ACT2FN[config.activation_function]
         self.activation_dropout = config.activation_dropout
 
-    def residual(self, layer_norm: nn.LayerNorm, hidden_states: torch.Tensor, sublayer: Callable, *args, **kwargs):
-        """Post-norm `LayerNorm(x + Dropout(Sublayer(x)))` (section 5.4), or pre-norm
+    def sublayer_input(self, layer_norm: nn.LayerNorm, hidden_states: torch.Tensor) -> torch.Tensor:
+        """What a sublayer reads: x (post-norm, the paper's), or LayerNorm(x) (pre-norm)."""
+        return layer_norm(hidden_states) if self.norm_first else hidden_states
+
+    def add_and_norm(self, layer_norm: nn.LayerNorm, hidden_states: torch.Tensor, sublayer_output: torch.Tensor):
+        """Add & Norm (section 5.4): post-norm `LayerNorm(x + Dropout(Sublayer(x)))`, or pre-norm
         `x + Dropout(Sublayer(LayerNorm(x)))`."""
-        output = sublayer(layer_norm(hidden_states) if self.norm_first else hidden_states, *args, **kwargs)
-        if isinstance(output, tuple):  # attention also returns its weights (recorded by `capture_outputs`)
-            output = output[0]
-        hidden_states = hidden_states + nn.functional.dropout(output, p=self.dropout, training=self.training)
+        hidden_states = hidden_states + nn.functional.dropout(sublayer_output, p=self.dropout, training=self.training)
         return hidden_states if self.norm_first else layer_norm(hidden_states)
 
     def feed_forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
@@ -204,11 +199,17 @@ class VanillaTransformerEncoderLayer(VanillaTransformerLayer):
         self.final_layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
 
     def forward(self, hidden_states, attention_mask=None, padding: Padding = NO_PADDING, **kwargs) -> torch.Tensor:
-        attention = self.self_attn  # (hidden_states, key_value_states, attention_mask, cache, padding)
-        hidden_states = self.residual(
-            self.self_attn_layer_norm, hidden_states, attention, None, attention_mask, None, padding, **kwargs
+        # Self Attention (its weights are recorded by `capture_outputs`)
+        attention_output, _ = self.self_attn(
+            hidden_states=self.sublayer_input(self.self_attn_layer_norm, hidden_states),
+            attention_mask=attention_mask,
+            padding=padding,
+            **kwargs,
         )
-        return self.residual(self.final_layer_norm, hidden_states, self.feed_forward)
+        hidden_states = self.add_and_norm(self.self_attn_layer_norm, hidden_states, attention_output)
+        # Fully Connected
+        feed_forward_output = self.feed_forward(self.sublayer_input(self.final_layer_norm, hidden_states))
+        return self.add_and_norm(self.final_layer_norm, hidden_states, feed_forward_output)
 
 
 class VanillaTransformerDecoderLayer(VanillaTransformerLayer):
@@ -236,19 +237,29 @@ class VanillaTransformerDecoderLayer(VanillaTransformerLayer):
         padding: Padding = NO_PADDING,  # of the target
         **kwargs,
     ) -> torch.Tensor:
-        # Attention arguments: (hidden_states, key_value_states, attention_mask, cache, padding).
         # Self Attention
-        hidden_states = self.residual(
-            self.self_attn_layer_norm, hidden_states, self.self_attn, None, attention_mask, cache, padding, **kwargs
+        attention_output, _ = self.self_attn(
+            hidden_states=self.sublayer_input(self.self_attn_layer_norm, hidden_states),
+            attention_mask=attention_mask,
+            cache=cache,
+            padding=padding,
+            **kwargs,
         )
+        hidden_states = self.add_and_norm(self.self_attn_layer_norm, hidden_states, attention_output)
         # Cross-Attention Block (not in decoder-only models)
         if encoder_hidden_states is not None:
-            cross = (encoder_hidden_states, encoder_attention_mask, cache, padding)
-            hidden_states = self.residual(
-                self.encoder_attn_layer_norm, hidden_states, self.encoder_attn, *cross, **kwargs
+            attention_output, _ = self.encoder_attn(
+                hidden_states=self.sublayer_input(self.encoder_attn_layer_norm, hidden_states),
+                key_value_states=encoder_hidden_states,
+                attention_mask=encoder_attention_mask,
+                cache=cache,
+                padding=padding,
+                **kwargs,
             )
+            hidden_states = self.add_and_norm(self.encoder_attn_layer_norm, hidden_states, attention_output)
         # Fully Connected
-        return self.residual(self.final_layer_norm, hidden_states, self.feed_forward)
+        feed_forward_output = self.feed_forward(self.sublayer_input(self.final_layer_norm, hidden_states))
+        return self.add_and_norm(self.final_layer_norm, hidden_states, feed_forward_output)
 
 
 class VanillaTransformerPreTrainedModel(PreTrainedModel):
@@ -268,13 +279,7 @@ class VanillaTransformerPreTrainedModel(PreTrainedModel):
         super().__init__(config, *args, **kwargs)
         if getattr(self, "generation_config", None) is not None:  # the heads that generate
             # Generation stops at the model's positions rather than at GenerationConfig's default of 20 tokens.
-            self.generation_config.update(**max_length_setting(config))
-
-    def post_init(self):
-        super().post_init()
-        # Tied copies are not saved, only their source: listed here, `Trainer` re-ties them when it resumes instead of
-        # warning about missing keys.
-        self._keys_to_ignore_on_save = set(self._keys_to_ignore_on_save or ()) | set(self.all_tied_weights_keys)
+            self.generation_config.max_length = config.max_position_embeddings
 
     def resize_token_embeddings(self, new_num_tokens=None, pad_to_multiple_of=None, mean_resizing=True):
         embeddings = super().resize_token_embeddings(new_num_tokens, pad_to_multiple_of, mean_resizing)
@@ -288,15 +293,15 @@ class VanillaTransformerPreTrainedModel(PreTrainedModel):
         return embeddings
 
     def save_pretrained(self, save_directory, *args, **kwargs):
+        # transformers maps only the saved class in `auto_map`; a folder saved by either seq2seq class also loads with
+        # the other's Auto class and the translation pipeline (`custom_pipelines`) where the package is not installed.
         if self._auto_class in ("AutoModel", "AutoModelForSeq2SeqLM"):
-            # transformers maps only the saved class in `auto_map`: AutoModel and AutoModelForSeq2SeqLM both load a
-            # folder saved by either of them, and so does the translation pipeline (`custom_pipelines`).
             from .pipeline_translation import CUSTOM_PIPELINES  # the pipeline file imports the configuration's
 
             module = type(self).__module__.rsplit(".", 1)[-1]
+            seq2seq = (VanillaTransformerModel, VanillaTransformerForConditionalGeneration)
             auto_map = {
-                "AutoModel": f"{module}.VanillaTransformerModel",
-                "AutoModelForSeq2SeqLM": f"{module}.VanillaTransformerForConditionalGeneration",
+                auto: f"{module}.{cls.__name__}" for auto, cls in zip(("AutoModel", "AutoModelForSeq2SeqLM"), seq2seq)
             }
             self.config.auto_map = {**(getattr(self.config, "auto_map", None) or {}), **auto_map}
             self.config.custom_pipelines = CUSTOM_PIPELINES
@@ -331,16 +336,6 @@ class VanillaTransformerStack(VanillaTransformerPreTrainedModel):
             position_ids = (torch.arange(length, device=inputs_embeds.device) + past_length).unsqueeze(0)  # (1, t)
         hidden_states = inputs_embeds * self.embed_scale + self.embed_positions(position_ids).to(inputs_embeds.dtype)
         return nn.functional.dropout(hidden_states, p=self.config.dropout, training=self.training)
-
-    def find_padding(self, attention_mask: torch.Tensor | None, kwargs: dict, cache=None) -> Padding:
-        """The `Padding` of this stack's side. Its states are not packed when recorded per layer (hidden states keep
-        their (b, t, d) shape), nor after a right-padded prompt: the next token is read from its last position."""
-        padding = Padding(
-            attention_mask, pack=not kwargs.get("output_hidden_states", self.config.output_hidden_states)
-        )
-        if cache is not None and padding.index is not None and not padding.mask[:, -1].all():
-            padding.index = None  # computed, as Marian and a static cache's 4D mask do, rather than zeros
-        return padding
 
     def padding_mask(self, hidden_states, attention_mask, key_states=None) -> torch.Tensor | None:
         """The attention mask hiding the padded keys (of `key_states`, else of `hidden_states`): `attention_mask` is
@@ -392,7 +387,8 @@ class VanillaTransformerEncoder(VanillaTransformerStack):
         **kwargs: Unpack[TransformersKwargs],
     ) -> VanillaTransformerEncoderOutput:
         hidden_states = self.embed(input_ids, inputs_embeds, attention_mask)
-        source_padding = self.find_padding(attention_mask, kwargs)
+        recorded = kwargs.get("output_hidden_states", self.config.output_hidden_states)  # hidden states per layer
+        source_padding = Padding.of_stack(attention_mask, output_hidden_states=recorded)
         is_4d = attention_mask is not None and attention_mask.dim() == 4
         attention_mask = self.padding_mask(hidden_states, attention_mask if is_4d else source_padding.mask)
         hidden_states = source_padding.pack(hidden_states)
@@ -419,6 +415,7 @@ class VanillaTransformerDecoder(VanillaTransformerStack):
 
     @merge_with_config_defaults
     @capture_outputs
+    @takes_cache
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,  # (b, t)
@@ -431,7 +428,6 @@ class VanillaTransformerDecoder(VanillaTransformerStack):
         position_ids: torch.LongTensor | None = None,  # (b, t); by default counted over the real tokens
         **kwargs: Unpack[TransformersKwargs],
     ) -> BaseModelOutputWithPastAndCrossAttentions:
-        cache = take_cache(cache, kwargs)
         if use_cache and cache is None:
             cache = DynamicCache(config=self.config)
             if self.config.is_encoder_decoder:
@@ -439,7 +435,8 @@ class VanillaTransformerDecoder(VanillaTransformerStack):
         past_length = cache.get_seq_length() if cache is not None else 0
         hidden_states = self.embed(input_ids, inputs_embeds, attention_mask, past_length, position_ids)
         new_tokens = attention_mask[:, -hidden_states.shape[1] :] if attention_mask is not None else None
-        target_padding = self.find_padding(new_tokens, kwargs, cache)
+        recorded = kwargs.get("output_hidden_states", self.config.output_hidden_states)  # hidden states per layer
+        target_padding = Padding.of_stack(new_tokens, output_hidden_states=recorded, cache=cache)
         causal_mask = self.causal_mask(hidden_states, attention_mask, target_padding, cache, past_length, position_ids)
         check_encoder_states(self.config, hidden_states, encoder_hidden_states, cache)
         cross_mask = None  # decoder-only models have no cross-attention
@@ -447,15 +444,9 @@ class VanillaTransformerDecoder(VanillaTransformerStack):
             cross_mask = self.padding_mask(hidden_states, encoder_attention_mask, encoder_hidden_states)
         hidden_states = target_padding.pack(hidden_states)
         for decoder_layer in self.layers:
-            hidden_states = decoder_layer(  # the cache by keyword: gradient checkpointing drops it
-                hidden_states,
-                causal_mask,
-                encoder_hidden_states,
-                cross_mask,
-                cache=cache,
-                padding=target_padding,
-                **kwargs,
-            )
+            # The cache by keyword: gradient checkpointing drops it.
+            layer_inputs = (hidden_states, causal_mask, encoder_hidden_states, cross_mask)
+            hidden_states = decoder_layer(*layer_inputs, cache=cache, padding=target_padding, **kwargs)
         return BaseModelOutputWithPastAndCrossAttentions(
             last_hidden_state=self.finish(hidden_states, target_padding), **{CACHE_NAME: cache}
         )
@@ -482,11 +473,6 @@ class VanillaTransformerDecoder(VanillaTransformerStack):
 class VanillaTransformerModel(VanillaTransformerPreTrainedModel):
     """Encoder and decoder with one shared embedding matrix (section 3.4) when `config.tie_word_embeddings`."""
 
-    _tied_weights_keys = {
-        "encoder.embed_tokens.weight": "shared.weight",
-        "decoder.embed_tokens.weight": "shared.weight",
-    }
-
     def __init__(self, config: VanillaTransformerConfig):
         super().__init__(config)
         self.shared = None  # untied models have no `shared` matrix rather than an unused one, which would break DDP
@@ -495,21 +481,25 @@ class VanillaTransformerModel(VanillaTransformerPreTrainedModel):
         self.encoder = VanillaTransformerEncoder(config)
         self.decoder = VanillaTransformerDecoder(config)
         if self.shared is not None:
-            # One module, not three sharing a weight: sharding frameworks (FSDP) group parameters by module, and a
-            # weight reached through a module that never runs forward is gathered too late.
-            self.encoder.embed_tokens = self.decoder.embed_tokens = self.shared
+            self.set_input_embeddings(self.shared)
         self.post_init()
 
     def get_input_embeddings(self) -> nn.Embedding:
         return self.shared if self.shared is not None else self.encoder.embed_tokens
 
     def set_input_embeddings(self, value: nn.Embedding):
-        if self.shared is not None:
-            self.shared = value
-            self.decoder.embed_tokens = value
-        self.encoder.embed_tokens = value
+        if self.shared is None:
+            self.encoder.embed_tokens = value
+            return
+        # The one matrix is one module, registered once (here) and called by both stacks: sharding frameworks (FSDP)
+        # gather a weight when its module runs, and transformers saves, loads and ties each registered weight once.
+        self.shared = value
+        for stack in (self.encoder, self.decoder):
+            del stack.embed_tokens
+            object.__setattr__(stack, "embed_tokens", value)  # a reference, not a submodule of the stack
 
     @can_return_tuple
+    @takes_cache
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -523,7 +513,6 @@ class VanillaTransformerModel(VanillaTransformerPreTrainedModel):
         use_cache: bool | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> Seq2SeqModelOutput:
-        cache = take_cache(cache, kwargs)
         if encoder_outputs is None:
             encoder_outputs = self.encoder(
                 input_ids=input_ids, attention_mask=attention_mask, inputs_embeds=inputs_embeds, **kwargs
@@ -562,18 +551,10 @@ class VanillaTransformerModel(VanillaTransformerPreTrainedModel):
         return VanillaTransformerEncoderOutput(**encoder_outputs, padding_mask=padding_mask)
 
 
-def token_cross_entropy(
-    logits: torch.Tensor,
-    labels: torch.Tensor,
-    num_items_in_batch: torch.Tensor | int | None,
-    config: VanillaTransformerConfig,
-) -> torch.Tensor:
-    """Token-level cross-entropy, label smoothed by `config.label_smoothing`, over the targets that are not -100.
-
-    It is divided by `num_items_in_batch` (passed by `Trainer`: the target count of the whole accumulated batch, so
-    that gradient accumulation gives the update of one large batch), else by the batch's target count. A batch without
-    any target has loss 0, not NaN.
-    """
+def token_cross_entropy(logits: torch.Tensor, labels: torch.Tensor, num_items_in_batch, config) -> torch.Tensor:
+    """Token-level cross-entropy, label smoothed by `config.label_smoothing`, over the targets that are not -100,
+    divided by `num_items_in_batch` (passed by `Trainer`: the target count of the whole accumulated batch, so that
+    gradient accumulation gives the update of one large batch), else by the batch's target count (at least 1)."""
     logits, labels = logits.reshape(-1, logits.shape[-1]), labels.flatten().to(logits.device)
     loss = nn.functional.cross_entropy(
         logits.float(), labels, ignore_index=-100, reduction="sum", label_smoothing=config.label_smoothing
@@ -588,9 +569,7 @@ def token_cross_entropy(
 def shift_tokens_right(input_ids: torch.Tensor, pad_token_id: int, decoder_start_token_id: int) -> torch.Tensor:
     """Decoder inputs from labels: prepend `decoder_start_token_id`, drop the last token, replace -100 by padding."""
     if pad_token_id is None or decoder_start_token_id is None:
-        raise ValueError(
-            "`config.pad_token_id` and `config.decoder_start_token_id` must be set to build decoder inputs."
-        )
+        raise ValueError("`config.pad_token_id` and `config.decoder_start_token_id` must be set for decoder inputs.")
     shifted = input_ids.new_empty(input_ids.shape)
     shifted[:, 1:] = input_ids[:, :-1]
     shifted[:, 0] = decoder_start_token_id
@@ -618,6 +597,7 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
         return shift_tokens_right(labels, self.config.pad_token_id, self.config.decoder_start_token_id)
 
     @can_return_tuple
+    @takes_cache
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -632,7 +612,6 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
         use_cache: bool | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> Seq2SeqLMOutput:
-        cache = take_cache(cache, kwargs)
         num_items_in_batch = kwargs.pop("num_items_in_batch", None)
         if labels is not None:
             check_labels(self.config, labels, input_ids if input_ids is not None else inputs_embeds)
@@ -681,6 +660,7 @@ class VanillaTransformerForCausalLM(VanillaTransformerPreTrainedModel, Generatio
         self.post_init()
 
     @can_return_tuple
+    @takes_cache
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,  # (b, t)
@@ -693,7 +673,6 @@ class VanillaTransformerForCausalLM(VanillaTransformerPreTrainedModel, Generatio
         logits_to_keep: int = 0,  # `generate()` asks for the last position only
         **kwargs: Unpack[TransformersKwargs],
     ) -> CausalLMOutputWithCrossAttentions:
-        cache = take_cache(cache, kwargs)
         num_items_in_batch = kwargs.pop("num_items_in_batch", None)
         # Position i predicts token i + 1: `labels` are the inputs; `shift_labels` come aligned (sequence parallelism).
         shift_labels = kwargs.pop("shift_labels", None)

@@ -32,6 +32,15 @@ class Padding:
         if index.numel() < attention_mask.numel():
             self.mask, self.index = attention_mask, index if pack else None
 
+    @classmethod
+    def of_stack(cls, attention_mask: torch.Tensor | None, output_hidden_states: bool, cache=None) -> "Padding":
+        """The `Padding` of a stack's side. Its states are not packed when recorded per layer (hidden states keep
+        their (b, t, d) shape), nor after a right-padded prompt: the next token is read from its last position."""
+        padding = cls(attention_mask, pack=not output_hidden_states)
+        if cache is not None and padding.index is not None and not padding.mask[:, -1].all():
+            padding.index = None  # computed, as Marian and a static cache's 4D mask do, rather than zeros
+        return padding
+
     def pack(self, states: torch.Tensor) -> torch.Tensor:
         """(b, t, ...) -> (n, ...)."""
         return states if self.index is None else states.flatten(0, 1).index_select(0, self.index)

@@ -8,7 +8,7 @@ from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, MarianConfig, Mar
 
 from hf_vanilla_transformer import VanillaTransformerForConditionalGeneration, cli
 from hf_vanilla_transformer.interop.marian import export_marian, from_marian, marian_permutation, to_marian
-from tests.helpers import random_batch, tiny_config, tiny_tokenizer
+from tests.helpers import TINY, random_batch, tiny_config, tiny_tokenizer
 
 
 @pytest.fixture(autouse=True)
@@ -79,15 +79,7 @@ def opus_style_marian(**overrides) -> MarianMTModel:
     SiLU ("swish") activation, scaled embeddings."""
     torch.manual_seed(0)
     settings = dict(
-        vocab_size=99,
-        d_model=16,
-        encoder_layers=2,
-        decoder_layers=2,
-        encoder_attention_heads=4,
-        decoder_attention_heads=4,
-        encoder_ffn_dim=32,
-        decoder_ffn_dim=32,
-        max_position_embeddings=64,
+        **TINY,  # the suite's tiny sizes: Marian names them as this package's config does
         activation_function="swish",
         scale_embedding=True,
         pad_token_id=98,

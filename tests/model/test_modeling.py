@@ -150,11 +150,11 @@ def test_pre_norm_stacks_end_with_a_layer_norm_and_post_norm_stacks_do_not():
 
 
 def test_parameter_names_follow_marian_and_bart():
-    names = set(make_model().state_dict())
+    model = make_model()
+    names = set(model.state_dict())
+    assert model.get_parameter("model.encoder.embed_tokens.weight") is model.get_parameter("model.shared.weight")
     for name in [
         "model.shared.weight",
-        "model.encoder.embed_tokens.weight",
-        "model.decoder.embed_tokens.weight",
         "model.encoder.layers.1.self_attn.q_proj.weight",
         "model.encoder.layers.1.self_attn.out_proj.bias",
         "model.encoder.layers.0.self_attn_layer_norm.weight",
@@ -187,6 +187,42 @@ def test_source_target_and_output_embeddings_are_one_matrix_saved_once(tmp_path)
     assert info["missing_keys"] == set() and info["unexpected_keys"] == set()
     assert reloaded.lm_head.weight is reloaded.model.shared.weight
     assert reloaded.model.encoder.embed_tokens.weight is reloaded.model.shared.weight
+
+
+@pytest.mark.parametrize("model_class", [VanillaTransformerModel, VanillaTransformerForConditionalGeneration])
+def test_a_folder_without_the_embedding_loads_a_model_that_runs(tmp_path, model_class):
+    """Weights missing from a folder are initialised like the rest of a new model, the shared embedding included
+    (not left on the meta device)."""
+    from safetensors.torch import load_file, save_file
+
+    model_class(tiny_config()).save_pretrained(tmp_path)
+    weights = load_file(tmp_path / "model.safetensors")
+    save_file(
+        {k: v for k, v in weights.items() if "shared" not in k}, tmp_path / "model.safetensors", {"format": "pt"}
+    )
+    loaded, info = model_class.from_pretrained(tmp_path, output_loading_info=True)
+    prefix = "model." if model_class is VanillaTransformerForConditionalGeneration else ""
+    assert f"{prefix}shared.weight" in info["missing_keys"]
+    assert [name for name, p in loaded.named_parameters() if p.is_meta] == []
+    ids = torch.tensor([[5, 6, 2]])
+    assert torch.isfinite(loaded(input_ids=ids, decoder_input_ids=ids)[0]).all()
+
+
+def test_the_base_model_saves_and_reloads_every_weight(tmp_path):
+    """`VanillaTransformerModel` (AutoModel) round-trips: the folder holds every weight its state dict lists (nothing
+    ignored on save), and a reload reports none missing."""
+    from safetensors import safe_open
+
+    model = VanillaTransformerModel(tiny_config())
+    model.save_pretrained(tmp_path)
+    with safe_open(tmp_path / "model.safetensors", "pt") as f:
+        assert set(f.keys()) == set(model.state_dict())
+    reloaded, info = VanillaTransformerModel.from_pretrained(tmp_path, output_loading_info=True)
+    assert info["missing_keys"] == set() and info["unexpected_keys"] == set()
+    assert not reloaded._keys_to_ignore_on_save
+    for name, value in model.state_dict().items():
+        torch.testing.assert_close(reloaded.state_dict()[name], value)
+    assert reloaded.encoder.embed_tokens is reloaded.decoder.embed_tokens is reloaded.shared
 
 
 def test_untied_model_has_three_independent_matrices_and_round_trips(tmp_path):

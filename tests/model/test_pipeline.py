@@ -10,11 +10,8 @@ from transformers import MarianConfig, MarianMTModel, pipeline
 from transformers.pipelines import PIPELINE_REGISTRY
 
 import hf_vanilla_transformer
-from hf_vanilla_transformer import (
-    TranslationPipeline,
-    VanillaTransformerForConditionalGeneration,
-    _register_translation_pipeline,
-)
+from hf_vanilla_transformer import TranslationPipeline, VanillaTransformerForConditionalGeneration
+from hf_vanilla_transformer.model import register_translation_pipeline
 from hf_vanilla_transformer.model.configuration_vanilla_transformer import max_new_tokens_for
 from tests.helpers import run_without_package, tiny_config, tiny_tokenizer
 
@@ -243,8 +240,8 @@ def test_a_plain_saved_folder_builds_the_local_pipeline_without_remote_code(tran
 
 
 def test_registration_is_idempotent():
-    _register_translation_pipeline()
-    _register_translation_pipeline()
+    register_translation_pipeline()
+    register_translation_pipeline()
     assert not hasattr(PIPELINE_REGISTRY.check_task.__wrapped__, "__wrapped__")
     assert PIPELINE_REGISTRY.check_task("translation_en_to_fr")[2] == ("en", "fr")
     assert PIPELINE_REGISTRY.supported_tasks["translation"]["impl"] is TranslationPipeline

@@ -58,14 +58,14 @@ def test_the_name_tables_the_package_fills_are_read_by_name():
         upstream(
             isinstance(getattr(modeling_auto, table, None), dict),
             f"modeling_auto.{table} is gone",
-            "_register_base_and_seq2seq_names in hf_vanilla_transformer/__init__.py",
+            "register_base_and_seq2seq_names in hf_vanilla_transformer/model/__init__.py",
         )
     assert modeling_auto.MODEL_MAPPING_NAMES["vanilla_transformer"] == "VanillaTransformerModel"
     upstream(
         modelcard.TASK_MAPPING.get("text2text-generation")
         is modeling_auto.MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES,
         "model cards no longer infer text2text-generation from MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES",
-        "_register_base_and_seq2seq_names",
+        "register_base_and_seq2seq_names",
     )
     assert "VanillaTransformerForConditionalGeneration" in modelcard.TASK_MAPPING["text2text-generation"].values()
 
@@ -74,12 +74,12 @@ def test_the_translation_task_is_removed_upstream_and_served_here():
     upstream(
         isinstance(getattr(pipelines, "REMOVED_TASKS", None), dict),
         "pipelines.REMOVED_TASKS is gone",
-        "_register_translation_pipeline in hf_vanilla_transformer/__init__.py",
+        "register_translation_pipeline in hf_vanilla_transformer/model/__init__.py",
     )
     upstream(
         "translation" not in pipelines.REMOVED_TASKS,
         "the package's registration no longer takes 'translation' off pipelines.REMOVED_TASKS",
-        "_register_translation_pipeline",
+        "register_translation_pipeline",
     )
     tokenizer = tiny_tokenizer()
     model = VanillaTransformerForConditionalGeneration(tiny_config(vocab_size=len(tokenizer))).eval()

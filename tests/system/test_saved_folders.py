@@ -28,9 +28,11 @@ from transformers import (
 from transformers.utils import PushToHubMixin
 
 from hf_vanilla_transformer import TranslationPipeline, VanillaTransformerForConditionalGeneration
+from hf_vanilla_transformer.data.folders import load_translation_model
+from hf_vanilla_transformer.data.saved_code import CODE_FILES, upgrade_folder
 from hf_vanilla_transformer.hub.publish import stage_for_hub
 from hf_vanilla_transformer.model.modeling_vanilla_transformer import CACHE_NAME
-from tests.helpers import SENTENCES, run_without_package, tiny_config, tiny_tokenizer
+from tests.helpers import ROOT, SENTENCES, run_command, run_without_package, tiny_config, tiny_tokenizer
 
 
 SOURCES = ["Ich habe Hunger.", "Wo ist der Bahnhof?", ""]
@@ -224,14 +226,42 @@ def test_a_folder_saved_before_the_rehousing_loads_with_the_package_and_computes
 
 @pytest.mark.slow
 def test_a_folder_saved_before_the_rehousing_loads_without_the_package_with_its_own_code(tmp_path):
-    """Its own code takes the cache as `past_key_values`: it decodes on transformers before 5.24. From 5.24 on, saving
-    it again from a process with the package refreshes its code, which decodes on both."""
+    """Its own code takes the cache as `past_key_values`: it decodes on transformers before 5.24. From 5.24 on,
+    `upgrade-folder` gives it this version's code, which decodes on both."""
     folder = shutil.copytree(FIXTURE, tmp_path / "saved")  # remote code writes a cache beside nothing of ours
     if CACHE_NAME == "cache":
-        AutoModelForSeq2SeqLM.from_pretrained(FIXTURE).save_pretrained(folder)
+        upgrade_folder(folder)
     result = run_without_package(FIXTURE_OUTPUTS, folder, cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     outputs = json.loads(result.stdout.strip().splitlines()[-1])
     assert outputs["module"].startswith("transformers_modules.")
     assert outputs["beam"] == EXPECTED["beam_ids"] and outputs["greedy"] == EXPECTED["greedy_ids"]
     assert outputs["pipeline"]
+
+
+def test_upgrade_folder_gives_an_old_folder_this_versions_code_and_keeps_its_weights(tmp_path, caplog):
+    folder = shutil.copytree(FIXTURE, tmp_path / "saved")
+    weights = (folder / "model.safetensors").read_bytes()
+    with caplog.at_level("WARNING"):
+        load_translation_model(str(folder))
+    assert f"hf-vanilla-transformer upgrade-folder {folder}" in caplog.text  # the old code is named, with the cure
+    done = run_command("upgrade-folder", str(folder))
+    assert done.returncode == 0, done.stderr
+    for name in CODE_FILES:
+        assert (folder / name).read_bytes() == (ROOT / "hf_vanilla_transformer" / "model" / name).read_bytes(), name
+    assert (folder / "model.safetensors").read_bytes() == weights
+    config = json.loads((folder / "config.json").read_text())
+    assert config["auto_map"]["AutoModelForSeq2SeqLM"] == (
+        "modeling_vanilla_transformer.VanillaTransformerForConditionalGeneration"
+    )
+    caplog.clear()
+    with caplog.at_level("WARNING"):
+        load_translation_model(str(folder))
+    assert "upgrade-folder" not in caplog.text
+    assert fixture_outputs_here()["greedy"] == EXPECTED["greedy_ids"]
+
+
+def test_upgrade_folder_refuses_a_folder_of_another_model(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "marian"}))
+    done = run_command("upgrade-folder", str(tmp_path))
+    assert done.returncode == 2 and "not a folder of this package's model" in done.stderr
