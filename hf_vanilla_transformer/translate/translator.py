@@ -88,17 +88,8 @@ class Translator:
     @property
     def settings(self) -> dict:
         """What decides the output, as the resume file records it (a resumed run must decode as the first did)."""
-        o = self.options
         name = self.model if isinstance(self.model, str) or self.model is None else self.model.name_or_path
-        settings = dict(
-            model=name, backend=o.backend, generation=o.generation, nbest=o.nbest, max_len_a=o.max_len_a,
-            max_len_b=o.max_len_b,
-        )  # fmt: skip
-        settings.update(dtype=o.dtype, int8=o.int8) if o.backend == "torch" else settings.update(
-            compute_type=o.compute_type
-        )
-        settings.update(split_sentences=o.split_sentences, source_lang=o.source_lang)
-        return settings
+        return output_settings(name, self.options)
 
     def variant(self, **changes) -> "Translator":
         """This translator with other options (`TranslateOptions`' names), on the same weights where it can: the
@@ -241,6 +232,21 @@ class Translator:
                 )
             translations.append(LineTranslation(line, results, len(line_parts), pieces.split_sentences))
         return translations
+
+
+def output_settings(model: str | None, options: TranslateOptions) -> dict:
+    """The model and the options that decide a translation (not where or how fast it runs), as resume records keep
+    them."""
+    o = options
+    settings = dict(
+        model=model, backend=o.backend, generation=o.generation, nbest=o.nbest, max_len_a=o.max_len_a,
+        max_len_b=o.max_len_b,
+    )  # fmt: skip
+    settings.update(dtype=o.dtype, int8=o.int8) if o.backend == "torch" else settings.update(
+        compute_type=o.compute_type
+    )
+    settings.update(split_sentences=o.split_sentences, source_lang=o.source_lang)
+    return settings
 
 
 @dataclass
