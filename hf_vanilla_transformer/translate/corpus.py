@@ -250,7 +250,7 @@ class TranslateShards(Translate):
 
         summaries = []
         for row in batch.to_pylist():
-            shard, start = Shard(**row), time.perf_counter()
+            shard, began = Shard(**row), time.time()
             filesystem_, folder = filesystem(self.output_dir)
             temporary = f"{folder}/.{shard.name}.tmp"
             retry = filesystem_.get_file_info(temporary).type != pafs.FileType.NotFound
@@ -260,7 +260,7 @@ class TranslateShards(Translate):
                 write_table(table, stream, self.output_format)
             filesystem_.move(temporary, f"{folder}/{shard.name}.{self.output_format}")
             summaries.append(
-                dict(rows=table.num_rows, sentences=sentences, seconds=time.perf_counter() - start, retry=retry)
+                dict(rows=table.num_rows, sentences=sentences, began=began, ended=time.time(), retry=retry)
             )
         return pa.Table.from_pylist(summaries)
 
@@ -317,15 +317,15 @@ class CorpusSummary:
     shards: int = 0  # written in this run
     skipped: int = 0  # complete before this run
     retries: int = 0  # shards whose earlier attempt died (in this run, or an interrupted one)
-    seconds: float = 0.0  # translating (the actors' start included), after Ray's start-up
-    startup_seconds: float = 0.0  # Ray's
+    seconds: float = 0.0  # translating: from the start of the first shard to the end of the last
+    startup_seconds: float = 0.0  # before: Ray's start, the actors' start and model loading
 
     def line(self) -> str:
         rate = self.sentences / self.seconds if self.seconds else 0.0
         return (
-            f"{self.rows} rows, {self.sentences} sentences in {self.seconds:.1f} s ({rate:.1f} sentences/s; Ray "
-            f"start-up {self.startup_seconds:.1f} s), {self.shards} shards written, {self.skipped} complete before, "
-            f"{self.retries} retried."
+            f"{self.rows} rows, {self.sentences} sentences in {self.seconds:.1f} s ({rate:.1f} sentences/s; before "
+            f"that, {self.startup_seconds:.1f} s to start Ray and the workers), {self.shards} shards written, "
+            f"{self.skipped} complete before, {self.retries} retried."
         )
 
 
@@ -404,13 +404,12 @@ def translate_corpus(
     summary.skipped = len(shards) - len(todo)
     if not todo:
         return summary
-    ray, start = ray_module(), time.perf_counter()
+    ray, start = ray_module(), time.time()
     if connect is not None:
         connect()
     resources = ray.cluster_resources()
     num_workers = num_workers or int(resources.get("GPU", 0)) or max(1, int(resources.get("CPU", 1)) // 4)
     options, resources = worker_resources(options, num_workers)
-    summary.startup_seconds = time.perf_counter() - start
     dataset = ray.data.from_items([dataclasses.asdict(s) for s in todo], override_num_blocks=len(todo))
     results = dataset.map_batches(
         worker,
@@ -421,11 +420,13 @@ def translate_corpus(
         compute=ray.data.ActorPoolStrategy(size=min(num_workers, len(todo)), max_tasks_in_flight_per_actor=2),
         **resources,
     )
-    begin = time.perf_counter()
+    began, ended = [], []
     for row in results.iter_rows():
         summary.rows += row["rows"]
         summary.sentences += row["sentences"]
         summary.retries += row["retry"]
         summary.shards += 1
-    summary.seconds = time.perf_counter() - begin
+        began.append(row["began"])
+        ended.append(row["ended"])
+    summary.startup_seconds, summary.seconds = min(began) - start, max(ended) - min(began)
     return summary
