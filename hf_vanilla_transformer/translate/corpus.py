@@ -260,7 +260,14 @@ class TranslateShards(Translate):
                 write_table(table, stream, self.output_format)
             filesystem_.move(temporary, f"{folder}/{shard.name}.{self.output_format}")
             summaries.append(
-                dict(rows=table.num_rows, sentences=sentences, began=began, ended=time.time(), retry=retry)
+                dict(
+                    rows=table.num_rows,
+                    sentences=sentences,
+                    began=began,
+                    ended=time.time(),
+                    retry=retry,
+                    worker=os.getpid(),
+                )
             )
         return pa.Table.from_pylist(summaries)
 
@@ -319,12 +326,23 @@ class CorpusSummary:
     retries: int = 0  # shards whose earlier attempt died (in this run, or an interrupted one)
     seconds: float = 0.0  # translating: from the start of the first shard to the end of the last
     startup_seconds: float = 0.0  # before: Ray's start, the actors' start and model loading
+    # Once every worker runs (its first shard started): the rows and sentences of the shards started since, and the
+    # seconds to the end.
+    steady_rows: int = 0
+    steady_sentences: int = 0
+    steady_seconds: float = 0.0
+
+    @property
+    def rate(self) -> float:
+        """Sentences/s with every worker running (all of the run's when it was too short to tell)."""
+        if self.steady_seconds > 0 and self.steady_sentences:
+            return self.steady_sentences / self.steady_seconds
+        return self.sentences / self.seconds if self.seconds else 0.0
 
     def line(self) -> str:
-        rate = self.sentences / self.seconds if self.seconds else 0.0
         return (
-            f"{self.rows} rows, {self.sentences} sentences in {self.seconds:.1f} s ({rate:.1f} sentences/s; before "
-            f"that, {self.startup_seconds:.1f} s to start Ray and the workers), {self.shards} shards written, "
+            f"{self.rows} rows, {self.sentences} sentences in {self.seconds:.1f} s ({self.rate:.1f} sentences/s; "
+            f"before that, {self.startup_seconds:.1f} s to start Ray and the workers), {self.shards} shards written, "
             f"{self.skipped} complete before, {self.retries} retried."
         )
 
@@ -420,13 +438,18 @@ def translate_corpus(
         compute=ray.data.ActorPoolStrategy(size=min(num_workers, len(todo)), max_tasks_in_flight_per_actor=2),
         **resources,
     )
-    began, ended = [], []
-    for row in results.iter_rows():
+    shards_done = list(results.iter_rows())
+    for row in shards_done:
         summary.rows += row["rows"]
         summary.sentences += row["sentences"]
         summary.retries += row["retry"]
         summary.shards += 1
-        began.append(row["began"])
-        ended.append(row["ended"])
-    summary.startup_seconds, summary.seconds = min(began) - start, max(ended) - min(began)
+    began, ended = min(row["began"] for row in shards_done), max(row["ended"] for row in shards_done)
+    summary.startup_seconds, summary.seconds = began - start, ended - began
+    everyone = max(
+        min(row["began"] for row in shards_done if row["worker"] == w) for w in {r["worker"] for r in shards_done}
+    )
+    summary.steady_rows = sum(row["rows"] for row in shards_done if row["began"] >= everyone)
+    summary.steady_sentences = sum(row["sentences"] for row in shards_done if row["began"] >= everyone)
+    summary.steady_seconds = ended - everyone
     return summary
