@@ -273,23 +273,28 @@ class TranslateShards(Translate):
 
 
 def write_table(table, stream, output_format: str) -> None:
+    """`table` as Parquet, or as JSON Lines (dates and other values without a JSON form as text)."""
     if output_format == "parquet":
         import pyarrow.parquet as pq
 
         pq.write_table(table, stream)
     else:
-        stream.write(b"".join(json.dumps(r, ensure_ascii=False).encode() + b"\n" for r in table.to_pylist()))
+        stream.write(
+            b"".join(json.dumps(r, ensure_ascii=False, default=str).encode() + b"\n" for r in table.to_pylist())
+        )
 
 
 def worker_resources(options: TranslateOptions, num_workers: int) -> tuple[TranslateOptions, dict]:
     """The options of each worker and its Ray resources: one GPU each where the cluster has GPUs, else the CPUs
-    shared among the workers (`--threads` each when given), torch's threads set to match."""
+    shared among the workers, at most a node's (`--threads` each when given), torch's threads set to match."""
     ray = ray_module()
     cluster = ray.cluster_resources()
     if cluster.get("GPU", 0) >= 1 and options.device in (None, "cuda"):
         threads = options.threads or 1
         return dataclasses.replace(options, threads=threads), dict(num_gpus=1, num_cpus=threads)
-    threads = options.threads or max(1, int(cluster.get("CPU", 1)) // num_workers)
+    # Never more than a node has: an actor that asks for more would wait forever.
+    node = max((n["Resources"].get("CPU", 0) for n in ray.nodes() if n["Alive"]), default=1)
+    threads = options.threads or max(1, min(int(node), int(cluster.get("CPU", 1)) // num_workers))
     return dataclasses.replace(options, threads=threads), dict(num_cpus=threads)
 
 
