@@ -81,6 +81,11 @@ class Translator:
         self.max_source_tokens = backend.trained_on.source_limit(backend.input_limit)
 
     @property
+    def trained_on(self):
+        """What the model's folder records from training: its languages and lengths (`data.trained_on`)."""
+        return self.backend.trained_on
+
+    @property
     def num_beams(self) -> int:
         """The beam size it decodes with: its options', else its model's generation config."""
         return self.backend.generation_config.num_beams or 1
