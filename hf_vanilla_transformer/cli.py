@@ -19,6 +19,11 @@ COMMANDS = {
         "train a translator (with no options: the bundled demo), a language model or a classifier",
     ),
     "translate": ("translate.command", "main", "translate text files, line by line, with a trained model"),
+    "translate-corpus": (
+        "translate.corpus_command",
+        "main",
+        "translate a corpus (Parquet, JSON Lines, text) on Ray Data, resumable, locally or on a cluster",
+    ),
     "serve": ("serve.command", "main", "serve a trained model over HTTP: LibreTranslate's API, batched requests"),
     "export": ("interop.command", "export", "export a trained model to CTranslate2, MarianMTModel or ONNX, exactly"),
     "verify-export": ("interop.command", "verify", "how exactly every export reproduces a model, on a test set"),

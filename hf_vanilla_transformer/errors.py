@@ -53,6 +53,7 @@ def check_minimums(minimums: dict[str, int | float], *parsed) -> None:
 EXTRAS = {
     "demo": "pip install 'hf-vanilla-transformer[demo]'",
     "export": "pip install 'hf-vanilla-transformer[export]' (in a checkout: bash scripts/setup.sh --export)",
+    "ray": "pip install 'hf-vanilla-transformer[ray]'",
     "serve": "pip install 'hf-vanilla-transformer[serve]'",
 }
 

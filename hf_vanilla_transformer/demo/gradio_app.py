@@ -28,7 +28,7 @@ from ..data.folders import (
     writes_folder,
 )
 from ..errors import InputError, import_extra
-from ..translate.translator import load_translator, translate_windows
+from ..translate.translator import load_translator
 from .attention import AttentionMaps, attention_maps, plot_attention, save_figure
 
 
@@ -114,13 +114,14 @@ def build_demo(model_dir: str, examples: list[str] | None = None, title: str | N
         translator = load_translator(
             model,
             tokenizer=tokenizer,
-            generation={"num_beams": num_beams, "do_sample": False},
+            num_beams=num_beams,
+            do_sample=False,
             nbest=n_best,
             device=str(model.device),
             split_sentences=split_sentences,
         )
         lines = text.split("\n")
-        (translations,) = translate_windows(lines, translator, buffer_size=len(lines), scores=False)
+        translations = translator.translate(lines, scores=False)
         encoded = translator.encode(lines)  # the pieces the model saw, to choose one for the heatmap
         pieces, split = (
             [piece for line in encoded for piece in line.texts],

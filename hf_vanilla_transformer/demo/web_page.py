@@ -31,8 +31,8 @@ from ..interop.onnx_runtime import TRANSFORMERS_JS_VERSION, TRANSLATE_SCRIPT, in
 from ..model.configuration_vanilla_transformer import max_new_tokens_for
 from ..model.pipeline_translation import max_source_length
 from ..translate.backends import default_length_rule
+from ..translate.options import DEFAULT_MAX_TOKENS
 from ..translate.sentences import RULES
-from ..translate.translator import DEFAULT_MAX_TOKENS
 from .gradio_app import EXAMPLES
 
 

@@ -60,7 +60,9 @@ class Service:
         if self.translator is None:
             self.translator = load(settings)
         self.pair = Pair.of(self.translator, settings.source_lang, settings.target_lang)
-        self.translators = Translators(self.translator, settings.device)
+        # The settings' batching, also for a translator given loaded.
+        base = self.translator.variant(max_tokens=settings.max_tokens, batch_size=settings.batch_size)
+        self.translators = Translators(base)
         self.runner = Runner(
             self.translators,
             settings.max_tokens,
@@ -138,26 +140,13 @@ def use_threads(settings: Settings) -> None:
 def load(settings: Settings):
     """translate's translator for `settings` (CTranslate2 takes as many threads as torch has)."""
     from ..data.folders import check_translation_folder, resolve_model
+    from ..translate.options import TranslateOptions
     from ..translate.translator import load_translator
 
-    use_threads(settings)
     if not settings.model:
         raise InputError("--model is required: a trained model folder (or Hub id) with its tokenizer.")
     check_translation_folder(resolve_model(settings.model), ctranslate2=settings.backend == "ctranslate2")
-    return load_translator(
-        settings.model,
-        backend=settings.backend,
-        generation={"num_beams": settings.num_beams, "length_penalty": settings.length_penalty},
-        max_len_a=settings.max_len_a,
-        max_len_b=settings.max_len_b,
-        device=settings.device,
-        dtype=settings.dtype,
-        int8=settings.int8,
-        compute_type=settings.compute_type,
-        trust_remote_code=settings.trust_remote_code,
-        split_sentences=settings.split_sentences,
-        source_lang=settings.source_lang,
-    )
+    return load_translator(settings.model, TranslateOptions.of(settings))
 
 
 # ------------------------------------------------------------------------------------------------ application

@@ -2,14 +2,13 @@
 
 import argparse
 import copy
-import importlib
 import os
 import signal
 import sys
 import tempfile
 
-from ..errors import CommandParser, InputError
-from ..translate.command import add_engine_arguments
+from ..errors import CommandParser, InputError, import_extra
+from ..translate.options import add_arguments
 
 
 DESCRIPTION = """Serve a trained model over HTTP: LibreTranslate's API (POST /translate, GET /languages), a native
@@ -38,27 +37,10 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     )
     parser.add_argument("--access_log", action="store_true", help="log every request (default: errors only)")
 
-    engine = parser.add_argument_group("engine and decoding (the translate command's options)")
-    add_engine_arguments(engine)
-    engine.add_argument("--num_beams", type=int, help="(default: the model's generation config)")
-    engine.add_argument("--length_penalty", type=float)
-    engine.add_argument("--max_len_a", type=float, help="new tokens <= a * source tokens + b")
-    engine.add_argument("--max_len_b", type=int)
-    engine.add_argument("--split_sentences", action=argparse.BooleanOptionalAction, default=True)
-    engine.add_argument(
-        "--source_lang", help="the source language (default: what the model's folder records from training)"
-    )
-    engine.add_argument("--target_lang", help="the target language (default: the folder's record)")
-    engine.add_argument(
-        "--threads",
-        type=int,
-        help="torch threads per worker (default: the cores / --workers, less one for the worker's HTTP side)",
-    )
-
-    batching = parser.add_argument_group("batching across requests")
-    batching.add_argument("--max_tokens", type=int, default=defaults.max_tokens, help="padded source tokens per batch")
-    batching.add_argument("--batch_size", type=int, help="sentences per batch")
-    batching.add_argument(
+    # The translate command's options, with its defaults; n-best is a request's (alternatives).
+    add_arguments(parser, exclude=("nbest",))
+    parser.add_argument("--target_lang", help="the target language (default: the folder's record)")
+    parser.add_argument(
         "--max_wait_ms",
         type=float,
         default=defaults.max_wait_ms,
@@ -88,13 +70,8 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
 
 def main(argv: list[str], prog: str) -> int:
     args = build_parser(prog).parse_args(argv)
-    try:
-        for module in ("starlette", "uvicorn", "prometheus_client", "python_multipart"):
-            importlib.import_module(module)
-    except ImportError as error:
-        raise InputError(
-            f"serve needs the `serve` extra ({error.name} is missing): pip install 'hf-vanilla-transformer[serve]'"
-        ) from None
+    for module in ("starlette", "uvicorn", "prometheus_client", "python_multipart", "py3langid"):
+        import_extra(module, "serve", "serve")
     settings = settings_of(args)
     if args.workers == 1:
         from .app import create_app, load
@@ -114,8 +91,10 @@ def main(argv: list[str], prog: str) -> int:
 
 def settings_of(args):
     """The `Settings` of the command's options, checked (the API key file read) before anything loads."""
+    import dataclasses
     from dataclasses import fields
 
+    from ..translate.options import default_threads
     from .access import read_api_keys
     from .settings import Settings
 
@@ -126,8 +105,7 @@ def settings_of(args):
         raise InputError(f"--timeout_keep_alive must be a positive number of seconds, got {args.timeout_keep_alive}.")
     if settings.threads is None:
         # A core left to the event loop: OpenMP threads that wait for a core it holds stall every operation.
-        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-        settings.threads = max(1, cores // args.workers - 1)
+        settings = dataclasses.replace(settings, threads=default_threads(args.workers, reserved=1))
     if settings.api_keys:
         read_api_keys(settings.api_keys)
     return settings

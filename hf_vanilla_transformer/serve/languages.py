@@ -24,7 +24,7 @@ class Pair:
     @classmethod
     def of(cls, translator, source: str | None = None, target: str | None = None) -> "Pair":
         """The pair given, else the one the model's folder records from training (`data.trained_on`)."""
-        recorded = translator.backend.trained_on
+        recorded = translator.trained_on
         source, target = source or recorded.source_lang, target or recorded.target_lang
         if not (source and target):
             raise InputError(

@@ -1,16 +1,16 @@
 """The model runner: one thread owns the translator; requests hand it their lines and wait for their translations.
 
-The runner takes every request waiting, translates their lines as the translate command translates a window of a file
-(`Translator.encode`, translate's token-budget batches over the pieces of all of them, `backend.generate`,
-`Translator.decode`), and answers each request as soon as its last piece is done: each gets exactly its own lines, in
+The runner takes every request waiting and translates their lines together in one call of the engine API
+(`Translator.translate`, as the translate command translates a window of a file: sentence splitting, the length rule,
+token-budget batches over the sentences of all of them), then answers each request with exactly its own lines, in
 order. When fewer requests wait than the last round had clients (those it answered come back with their next requests,
 and those that arrived meanwhile), it waits for them up to `max_wait` seconds after the round (or after the first
 request's arrival): a lone client is not delayed, and concurrent clients fill batches together rather than in
 alternating halves. Requests that ask for other decoding options
 (beams, n-best, sentence splitting) are batched with their own kind.
 
-A batch that raises is retried request by request, so that only the request whose text fails gets the error; the
-runner goes on. Requests whose caller has given up (timeout, disconnect) are skipped.
+A call that raises is retried request by request, so that only the request whose text fails gets the error; the
+runner goes on. Requests whose caller has given up (timeout, disconnect) before their turn are skipped.
 """
 
 import logging
@@ -20,7 +20,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ..errors import InputError
-from ..translate.io import LineTranslation, make_batches
 
 
 logger = logging.getLogger("hf_vanilla_transformer.serve")
@@ -54,10 +53,7 @@ class Job:
     settle: Callable[[object], None]
     scores: bool = False
     arrived: float = field(default_factory=time.monotonic)
-    abandoned: bool = False  # the caller stopped waiting: skip what is left
-    encoded: list = None
-    results: dict = field(default_factory=dict)  # (line, piece) -> hypotheses
-    remaining: int = 0
+    abandoned: bool = False  # the caller stopped waiting: skip it
     done: bool = False
 
 
@@ -143,62 +139,31 @@ class Runner:
             for job in jobs:
                 self._finish(job, error)
             return
-        live = []
-        for job in jobs:
-            if job.abandoned:
-                continue
-            try:
-                job.encoded = translator.encode(job.lines)
-            except InputError as error:
-                self._finish(job, error)
-                continue
-            job.remaining = sum(len(line.ids) for line in job.encoded)
-            if job.remaining:
-                live.append(job)
-            else:
-                self._complete(translator, job)
-        pieces = [
-            (job, (i, k), ids) for job in live for i, line in enumerate(job.encoded) for k, ids in enumerate(line.ids)
-        ]
-        for batch in make_batches([len(ids) for _, _, ids in pieces], self.max_tokens, self.batch_size):
-            batch = [pieces[j] for j in batch if not pieces[j][0].done and not pieces[j][0].abandoned]
-            if batch:
-                self._generate(translator, batch)
+        self._run_jobs(translator, [job for job in jobs if not job.abandoned])
 
-    def _generate(self, translator, batch: list) -> None:
-        sources = [ids for _, _, ids in batch]
-        start = time.perf_counter()
+    def _run_jobs(self, translator, jobs: list[Job]) -> None:
+        """The lines of `jobs` in one `Translator.translate` call; when it raises, each job on its own."""
+        if not jobs:
+            return
         try:
-            hypotheses = translator.backend.generate(
-                sources, [translator.limit(len(s)) for s in sources], scores=any(job.scores for job, _, _ in batch)
+            translations = translator.translate(
+                [line for job in jobs for line in job.lines],
+                scores=any(job.scores for job in jobs),
+                on_batch=lambda batch: self.observe(
+                    sentences=batch.sentences, tokens=batch.tokens, generated=batch.generated, seconds=batch.seconds
+                ),
             )
         except Exception as error:
-            owners = list(dict.fromkeys(job for job, _, _ in batch))
-            if len(owners) == 1:
-                self._finish(owners[0], TranslationFailed(error))
-                return
-            for job in owners:  # find whose text fails: each request's pieces on their own
-                self._generate(translator, [piece for piece in batch if piece[0] is job])
+            if len(jobs) > 1:  # find whose text fails
+                for job in jobs:
+                    self._run_jobs(translator, [job])
+            else:
+                self._finish(jobs[0], error if isinstance(error, InputError) else TranslationFailed(error))
             return
-        self.observe(
-            sentences=len(batch),
-            tokens=len(batch) * max(map(len, sources)),
-            generated=sum(len(hs[0].token_ids) for hs in hypotheses if hs),
-            seconds=time.perf_counter() - start,
-        )
-        for (job, place, _), hs in zip(batch, hypotheses):
-            job.results[place] = hs
-            job.remaining -= 1
-            if not job.remaining:
-                self._complete(translator, job)
-
-    def _complete(self, translator, job: Job) -> None:
-        by_line = [[job.results[(i, k)] for k in range(len(line.ids))] for i, line in enumerate(job.encoded)]
-        try:
-            translations: list[LineTranslation] = translator.decode(job.lines, job.encoded, by_line)
-        except Exception as error:
-            translations = TranslationFailed(error)
-        self._finish(job, translations)
+        start = 0
+        for job in jobs:
+            self._finish(job, translations[start : start + len(job.lines)])
+            start += len(job.lines)
 
     def _finish(self, job: Job, result) -> None:
         if not job.done:

@@ -5,32 +5,18 @@ import os
 from dataclasses import asdict, dataclass, fields
 
 from ..errors import InputError
+from ..translate.options import TranslateOptions
 
 
 ENVIRONMENT = "HF_VANILLA_TRANSFORMER_SERVE"  # the settings of `from_environment` (JSON), for worker processes
 
 
-@dataclass
-class Settings:
+@dataclass(frozen=True)
+class Settings(TranslateOptions):
+    """translate's options (the engine, decoding, sentences, batching across requests) and the server's own."""
+
     model: str | None = None
-    # The engine and decoding: translate's options of the same names.
-    backend: str = "torch"
-    device: str | None = None
-    dtype: str = "float32"
-    int8: bool = False
-    compute_type: str = "default"
-    trust_remote_code: bool = False
-    num_beams: int | None = None
-    length_penalty: float | None = None
-    max_len_a: float | None = None
-    max_len_b: int | None = None
-    split_sentences: bool = True
-    source_lang: str | None = None  # default: what the model's folder records from training
-    target_lang: str | None = None
-    threads: int | None = None  # torch's intra-op threads (default: torch's choice)
-    # Batching across requests.
-    max_tokens: int | None = 3000  # padded source tokens per batch, as translate's default
-    batch_size: int | None = None
+    target_lang: str | None = None  # default: the folder's record
     max_wait_ms: float = 10.0
     # Limits.
     max_queue: int = 256  # translation requests admitted at once; more get 503
@@ -45,7 +31,8 @@ class Settings:
     cors_origins: list[str] | None = None
 
     def check(self) -> "Settings":
-        for name in "max_queue max_chars max_texts max_beams timeout threads batch_size max_tokens".split():
+        super().check()
+        for name in "max_queue max_chars max_texts max_beams timeout".split():
             value = getattr(self, name)
             if value is not None and value <= 0:
                 raise InputError(f"--{name} must be positive, got {value}.")
@@ -53,8 +40,6 @@ class Settings:
             value = getattr(self, name)
             if value is not None and value < 0:
                 raise InputError(f"--{name} must be >= 0, got {value}.")
-        if self.max_tokens is None and self.batch_size is None:
-            raise InputError("--max_tokens or --batch_size must bound the batches.")
         return self
 
     def to_environment(self) -> None:

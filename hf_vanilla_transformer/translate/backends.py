@@ -178,6 +178,7 @@ class CTranslate2Backend:
         from ..interop.ctranslate2 import translate_options
 
         self.translator, self.tokenizer, self.nbest = translator, tokenizer, nbest
+        self.generation_config = generation_config
         self.input_limit = limit
         self.max_position_embeddings = min((n for n in (limit, generation_config.max_length) if n), default=None)
         self.trained_on = trained_on(generation_config)

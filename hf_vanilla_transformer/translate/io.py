@@ -29,6 +29,7 @@ class LineTranslation:
     source: str
     hypotheses: list[TextHypothesis]  # the n best; none for a blank line
     parts: int  # pieces translated: 0 for a blank line, more than 1 for several sentences or a sentence split to fit
+    split_sentences: int = 0  # sentences longer than the model takes, translated in pieces
 
 
 # ------------------------------------------------------------------------------------------------------- input

@@ -4,15 +4,17 @@ token-budget batches, results in input order, n-best lists with scores, resumabl
     hf-vanilla-transformer translate --model outputs/demo-de-en input.de --output output.en
     accelerate launch -m hf_vanilla_transformer translate --model ... input.de --output output.en
 
-As a library: `load_translator(...)`, then `translate_lines(lines, translator)` (a generator of `LineTranslation`) or
+As a library: `translator = load_translator(model, TranslateOptions(...))`, then `translator.translate(lines)` (a list
+of `LineTranslation`), `translate_lines(lines, translator)` (a generator, one window in memory) or
 `translate_file(inputs, output, translator)`.
 """
 
+import dataclasses
 import itertools
 import os
 import sys
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -35,22 +37,25 @@ from .io import (
     save_state,
     windows,
 )
+from .options import TranslateOptions
 from .sentences import join, segments, split_sentences
 
 
 logger = logging.get_logger(__name__)
 
-DEFAULT_MAX_TOKENS = 3000
 DEFAULT_BUFFER_SIZE = 10_000
 
 
 class Translator:
-    """A backend with its tokenizer, the n-best size, the length limit per sentence, and how lines become sentences.
+    """The translation engine: a backend with its tokenizer and the `TranslateOptions` it runs with.
 
-    Each line is split into sentences (`split_sentences=False`: a line is one sentence) by the rules of `source_lang`
-    (default: the language the model was trained on, as its folder records; see `sentences`), and a sentence longer
-    than `max_source_tokens` into pieces that fit: the length the model was trained on where its folder records it
-    (`data.trained_on`), else the longest the model and tokenizer accept.
+    `translate(lines)` is the one call of the file translator, the service and the corpus workers: each line is split
+    into sentences (`split_sentences=False`: a line is one sentence) by the rules of `source_lang` (default: the
+    language the model was trained on, as its folder records; see `sentences`), and a sentence longer than
+    `max_source_tokens` into pieces that fit: the length the model was trained on where its folder records it
+    (`data.trained_on`), else the longest the model and tokenizer accept. The pieces are sorted by length and cut into
+    batches of at most `max_tokens` padded source tokens (and `batch_size` sentences). `variant(**changes)` is the
+    same model with other options.
 
     The limit follows fairseq's `--max-len-a/--max-len-b`: at most int(a * source tokens + b) new tokens (EOS included
     if the model ends the translation there), where the source tokens include EOS. fairseq applies it per batch with
@@ -60,26 +65,113 @@ class Translator:
     generate.
     """
 
-    def __init__(
-        self,
-        backend,
-        max_len_a: float | None = None,
-        max_len_b: int | None = None,
-        settings: dict | None = None,
-        split_sentences: bool = True,
-        source_lang: str | None = None,
-    ):
+    def __init__(self, backend, options: TranslateOptions | None = None, *, model=None, **changes):
+        options = dataclasses.replace(options or TranslateOptions(), **changes).check()
+        max_len_a, max_len_b = options.max_len_a, options.max_len_b
         if (max_len_a is not None and max_len_a < 0) or (max_len_b is not None and max_len_b < 0):
             raise InputError(f"--max_len_a and --max_len_b must be >= 0, got {max_len_a} and {max_len_b}.")
-        self.backend, self.tokenizer, self.nbest = backend, backend.tokenizer, backend.nbest
+        self.backend, self.options, self.model = backend, options, model
+        self.tokenizer, self.nbest = backend.tokenizer, backend.nbest
         default_a, default_b = backend.default_length_rule
         self.max_len_a = (default_a if max_len_b is None else 0.0) if max_len_a is None else max_len_a
         self.max_len_b = default_b if max_len_b is None else max_len_b
-        self.settings = settings or {}
-        self.split_sentences = split_sentences
-        self.source_lang = source_lang or backend.trained_on.source_lang
+        self.split_sentences = options.split_sentences
+        self.source_lang = options.source_lang or backend.trained_on.source_lang
         self.trained_length = backend.trained_on.max_source_length
         self.max_source_tokens = backend.trained_on.source_limit(backend.input_limit)
+
+    @property
+    def trained_on(self):
+        """What the model's folder records from training: its languages and lengths (`data.trained_on`)."""
+        return self.backend.trained_on
+
+    @property
+    def num_beams(self) -> int:
+        """The beam size it decodes with: its options', else its model's generation config."""
+        return self.backend.generation_config.num_beams or 1
+
+    @property
+    def settings(self) -> dict:
+        """What decides the output, as the resume file records it (a resumed run must decode as the first did)."""
+        name = self.model if isinstance(self.model, str) or self.model is None else self.model.name_or_path
+        return output_settings(name, self.options)
+
+    def variant(self, **changes) -> "Translator":
+        """This translator with other options (`TranslateOptions`' names), on the same weights where it can: the
+        PyTorch model (already on its device, in its dtype, quantized if asked) is shared; CTranslate2 fixes its
+        decoding options when it loads, so a CTranslate2 variant with other decoding options loads the model again.
+        Sentence, length and batching options alone share the engine."""
+        options = dataclasses.replace(self.options, **changes).check()
+        engine = ("backend", "device", "dtype", "int8", "compute_type", "trust_remote_code")
+        if any(getattr(options, name) != getattr(self.options, name) for name in engine):
+            raise InputError(f"A variant keeps its engine ({', '.join(engine)}); load the model again to change them.")
+        if (options.generation, options.nbest) == (self.options.generation, self.options.nbest):
+            return Translator(self.backend, options, model=self.model)
+        if options.backend == "torch":
+            backend = load_torch_backend(
+                self.backend.model,
+                options.generation,
+                options.nbest,
+                str(self.backend.device),
+                options.dtype,
+                tokenizer=self.tokenizer,
+            )
+            return Translator(backend, options, model=self.model)
+        return load_translator(self.model, options)
+
+    def translate(
+        self,
+        lines: list[str],
+        *,
+        scores: bool = True,
+        first_line: int = 0,
+        group: tuple[int, int] = (0, 1),
+        on_batch: Callable[["Batch"], None] | None = None,
+    ) -> list[LineTranslation]:
+        """The `LineTranslation` of each line, in order (none for a blank line): its n best with their scores.
+
+        `scores=False` skips the token scores. Sampling seeds each batch from the `seed` option, `first_line` (where
+        `lines` start in the input) and the batch's number. `group=(rank, size)`: under several processes that all
+        call it with the same lines, process r translates batches r, r + size, ... and the first process gathers and
+        returns the translations (the others return an empty list). `on_batch` is called after each batch.
+        """
+        rank, world = group
+        encoded = self.encode(lines)
+        pieces = [(i, ids) for i, line in enumerate(encoded) for ids in line.ids]
+        batches = make_batches([len(ids) for _, ids in pieces], self.options.max_tokens, self.options.batch_size)
+        results = {}
+        for number, batch in enumerate(batches):
+            if number % world != rank:
+                continue
+            sources = [pieces[j][1] for j in batch]
+            start = time.perf_counter()
+            hypotheses = self.backend.generate(
+                sources,
+                [self.limit(len(s)) for s in sources],
+                scores=scores,
+                seed=self.options.seed + 1_000_003 * first_line + number,
+            )
+            results.update(zip(batch, hypotheses))
+            if on_batch is not None:
+                on_batch(
+                    Batch(
+                        lines=sum(1 / len(encoded[pieces[j][0]].ids) for j in batch),
+                        sentences=len(batch),
+                        tokens=len(batch) * max(map(len, sources)),
+                        generated=sum(len(hs[0].token_ids) for hs in hypotheses if hs),
+                        seconds=time.perf_counter() - start,
+                    )
+                )
+        if world > 1:
+            gathered = [None] * world if rank == 0 else None
+            torch.distributed.gather_object(results, gathered, dst=0)
+            if rank != 0:
+                return []
+            results = {k: v for part in gathered for k, v in part.items()}
+        by_line = [[] for _ in lines]
+        for j, (i, _) in enumerate(pieces):
+            by_line[i].append(results[j])
+        return self.decode(lines, encoded, by_line)
 
     def limit(self, source_length: int) -> int:
         limit = max_new_tokens_for(source_length, self.backend.max_position_embeddings, self.max_len_a, self.max_len_b)
@@ -143,8 +235,23 @@ class Translator:
                         any(h.reached_limit for h in joined),
                     )
                 )
-            translations.append(LineTranslation(line, results, len(line_parts)))
+            translations.append(LineTranslation(line, results, len(line_parts), pieces.split_sentences))
         return translations
+
+
+def output_settings(model: str | None, options: TranslateOptions) -> dict:
+    """The model and the options that decide a translation (not where or how fast it runs), as resume records keep
+    them."""
+    o = options
+    settings = dict(
+        model=model, backend=o.backend, generation=o.generation, nbest=o.nbest, max_len_a=o.max_len_a,
+        max_len_b=o.max_len_b,
+    )  # fmt: skip
+    settings.update(dtype=o.dtype, int8=o.int8) if o.backend == "torch" else settings.update(
+        compute_type=o.compute_type
+    )
+    settings.update(split_sentences=o.split_sentences, source_lang=o.source_lang)
+    return settings
 
 
 @dataclass
@@ -157,49 +264,44 @@ class LinePieces:
     split_sentences: int  # sentences longer than the translator's max_source_tokens, cut into several pieces
 
 
-def load_translator(
-    model,
-    *,
-    tokenizer=None,
-    backend: str = "torch",
-    generation: dict | None = None,
-    nbest: int = 1,
-    max_len_a: float | None = None,
-    max_len_b: int | None = None,
-    device: str | None = None,
-    dtype: str = "float32",
-    int8: bool = False,
-    compute_type: str = "default",
-    trust_remote_code: bool = False,
-    split_sentences: bool = True,
-    source_lang: str | None = None,
-) -> Translator:
+@dataclass
+class Batch:
+    """What `Translator.translate` reports after each batch."""
+
+    lines: float  # the lines it completes, a line of several pieces counting one part per piece
+    sentences: int
+    tokens: int  # padded source tokens
+    generated: int  # tokens of the best hypotheses
+    seconds: float
+
+
+def load_translator(model, options: TranslateOptions | None = None, *, tokenizer=None, **changes) -> Translator:
     """Load `model` for translation: a folder or a Hub id, or (PyTorch) a model object with its `tokenizer`.
 
-    `generation` overrides its generation config (`num_beams`, `length_penalty`, `do_sample`, `temperature`, `top_k`,
-    `top_p`, ...; None values are ignored). `split_sentences` and `source_lang` are `Translator`'s. The other
-    arguments are the command's options of the same names.
+    `options` (`TranslateOptions`; `changes` replace some of them by name) are the commands' options of the same
+    names: the decoding ones go on top of the model's generation config (None keeps it). `threads`, when given, sets
+    torch's threads (CTranslate2 takes as many).
     """
-    if nbest < 1:
-        raise InputError(f"--nbest must be at least 1, got {nbest}.")
-    generation = {k: v for k, v in (generation or {}).items() if v is not None}
+    options = dataclasses.replace(options or TranslateOptions(), **changes).check()
+    if options.threads:
+        torch.set_num_threads(options.threads)
+    device = options.device
     if device is None and process_group()[1] > 1:
         device = str(_accelerate_state().device)  # this process's GPU under accelerate/torchrun, or the CPU
-    if backend == "torch":
-        engine = load_torch_backend(model, generation, nbest, device, dtype, int8, trust_remote_code, tokenizer)
-    elif backend == "ctranslate2":
-        if int8 or dtype != "float32":
+    generation, nbest = options.generation, options.nbest
+    if options.backend == "torch":
+        backend = load_torch_backend(
+            model, generation, nbest, device, options.dtype, options.int8, options.trust_remote_code, tokenizer
+        )
+    elif options.backend == "ctranslate2":
+        if options.int8 or options.dtype != "float32":
             raise InputError("--int8 and --dtype are PyTorch options; CTranslate2 takes --compute_type (e.g. int8).")
-        engine = load_ctranslate2_backend(model, generation, nbest, device, compute_type, trust_remote_code)
+        backend = load_ctranslate2_backend(
+            model, generation, nbest, device, options.compute_type, options.trust_remote_code
+        )
     else:
-        raise InputError(f"--backend must be 'torch' or 'ctranslate2', got {backend!r}.")
-    name = model if isinstance(model, str) else model.name_or_path
-    settings = dict(
-        model=name, backend=backend, generation=generation, nbest=nbest, max_len_a=max_len_a, max_len_b=max_len_b
-    )
-    settings.update(dtype=dtype, int8=int8) if backend == "torch" else settings.update(compute_type=compute_type)
-    settings.update(split_sentences=split_sentences, source_lang=source_lang)
-    return Translator(engine, max_len_a, max_len_b, settings, split_sentences, source_lang)
+        raise InputError(f"--backend must be 'torch' or 'ctranslate2', got {options.backend!r}.")
+    return Translator(backend, options, model=model)
 
 
 # ------------------------------------------------------------------------------------------------- translating
@@ -255,61 +357,38 @@ def translate_windows(
     batch_size: int | None = None,
     buffer_size: int = DEFAULT_BUFFER_SIZE,
     scores: bool = True,
-    seed: int = 0,
     first_line: int = 0,
     progress: Progress | None = None,
 ) -> Iterator[list[LineTranslation]]:
-    """The translations of each window of `buffer_size` lines, in input order; memory holds one window.
-
-    A window is sorted by length and cut into batches of at most `max_tokens` padded source tokens (3000 when neither
-    limit is given) and `batch_size` sentences. `scores=False` skips the token scores. Sampling seeds each batch from
-    `seed` and the batch's place in the input (`first_line`: where `lines` starts), the same in any process count.
-    Under several processes every process reads all lines and cuts the same batches; process r translates batches
-    r, r + world, ... and the first process gathers each window and yields it (the others yield empty lists).
+    """The translations (`Translator.translate`) of each window of `buffer_size` lines, in input order; memory holds
+    one window. `max_tokens` and `batch_size` replace the translator's; `first_line` is where `lines` start.
+    Under several processes (`accelerate launch`, `torchrun`) every process reads all lines and cuts the same batches,
+    translates its share, and the first process yields each window (the others yield empty lists).
     """
-    if max_tokens is None and batch_size is None:
-        max_tokens = DEFAULT_MAX_TOKENS
-    rank, world = process_group()
+    batching = {k: v for k, v in dict(max_tokens=max_tokens, batch_size=batch_size).items() if v is not None}
+    translator = translator.variant(**batching) if batching else translator
+    group = process_group()
     progress = progress or Progress()
     for index, window in enumerate(windows(lines, buffer_size)):
-        encoded = translator.encode(window)
-        pieces = [(i, ids) for i, line in enumerate(encoded) for ids in line.ids]
-        batches = make_batches([len(ids) for _, ids in pieces], max_tokens, batch_size)
-        results, window_start = {}, progress.stats.lines
-        for number, batch in enumerate(batches):
-            if number % world != rank:
-                continue
-            sources = [pieces[j][1] for j in batch]
-            hypotheses = translator.backend.generate(
-                sources,
-                [translator.limit(len(s)) for s in sources],
-                scores=scores,
-                seed=seed + 1_000_003 * (first_line + index * buffer_size) + number,
-            )
-            results.update(zip(batch, hypotheses))
-            progress.advance(sum(1 / len(encoded[pieces[j][0]].ids) for j in batch), _generated(hypotheses))
-        if world > 1:
-            gathered = [None] * world if rank == 0 else None
-            torch.distributed.gather_object(results, gathered, dst=0)
-            if rank != 0:
-                yield []
-                continue
-            own = _generated(results.values())
-            results = {k: v for part in gathered for k, v in part.items()}
-            progress.advance(0, _generated(results.values()) - own)
-        by_line = [[] for _ in window]
-        for j, (i, _) in enumerate(pieces):
-            by_line[i].append(results[j])
-        translations = translator.decode(window, encoded, by_line)
+        window_start, generated = progress.stats.lines, progress.stats.generated_tokens
+        translations = translator.translate(
+            window,
+            scores=scores,
+            first_line=first_line + index * buffer_size,
+            group=group,
+            on_batch=lambda batch: progress.advance(batch.lines, batch.generated),
+        )
+        if group[0] != 0:
+            yield []
+            continue
+        progress.stats.generated_tokens = generated + sum(
+            len(t.hypotheses[0].tokens) for t in translations if t.hypotheses
+        )
         progress.stats.lines = window_start + len(window)
         progress.advance(progress.stats.lines - progress.lines, 0)  # blank lines, other processes' batches
-        progress.stats.split_sentences += sum(line.split_sentences for line in encoded)
+        progress.stats.split_sentences += sum(t.split_sentences for t in translations)
         progress.stats.reached_length_limit += sum(h.reached_length_limit for t in translations for h in t.hypotheses)
         yield translations
-
-
-def _generated(hypotheses) -> int:
-    return sum(len(hs[0].token_ids) for hs in hypotheses if hs)
 
 
 def translate_lines(lines: Iterable[str], translator: Translator, **kwargs) -> Iterator[LineTranslation]:

@@ -91,12 +91,9 @@ def test_the_key_file_and_settings_are_checked_before_the_server_starts(tmp_path
 
 
 def test_a_folder_without_its_languages_needs_them_given():
-    class Backend:
+    class Translator:
         class trained_on:
             source_lang = target_lang = None
-
-    class Translator:
-        backend = Backend
 
     with pytest.raises(InputError, match="--source_lang and --target_lang"):
         Pair.of(Translator)

@@ -150,7 +150,7 @@ def test_the_native_route_returns_translates_records_with_scores(server, model_d
         assert [h["tokens"] for h in record["hypotheses"]] == [h.tokens for h in translation.hypotheses]
         assert all(h["score"] is not None and len(h["token_scores"]) == len(h["tokens"]) for h in record["hypotheses"])
     greedy = post(server, "/v1/translate", json={"texts": [GERMAN[3]], "num_beams": 1, "split_sentences": False})
-    alone = next(translate_lines([GERMAN[3]], load_translator(str(model_dir), generation={"num_beams": 1})))
+    alone = next(translate_lines([GERMAN[3]], load_translator(str(model_dir), num_beams=1)))
     assert greedy.json()["translations"][0]["hypotheses"][0]["text"] == alone.hypotheses[0].text
 
 

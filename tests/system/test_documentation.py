@@ -32,8 +32,8 @@ from tests.helpers import (
 SNIPPET = re.compile(r"^```python\n(.*?)^```", re.MULTILINE | re.DOTALL)
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 # Snippets that take minutes on a CPU: the paper's base model (beam search on 60M random weights), an ONNX export, a
-# fresh process loading from the Hub cache.
-SLOW = ("AutoConfig.for_model", '"outputs/demo-onnx"', '"ORG/NAME"', "127.0.0.1:8000")
+# fresh process loading from the Hub cache; or seconds of start-up: a local Ray.
+SLOW = ("AutoConfig.for_model", '"outputs/demo-onnx"', '"ORG/NAME"', "127.0.0.1:8000", "translate_dataset(")
 SERVICE = "http://127.0.0.1:8000"  # the default address of `serve`, which a snippet calls
 
 

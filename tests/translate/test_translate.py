@@ -127,7 +127,7 @@ def test_batches_are_longest_first_within_the_token_budget_and_the_size():
 def test_scores_are_those_beam_search_and_greedy_search_used(model_dir, model_and_tokenizer):
     model, tokenizer = model_and_tokenizer
     for num_beams, nbest in [(4, 3), (1, 1)]:
-        translator = load_translator(str(model_dir), device="cpu", nbest=nbest, generation={"num_beams": num_beams})
+        translator = load_translator(str(model_dir), device="cpu", nbest=nbest, num_beams=num_beams)
         for line, translation in zip(LINES[:8], translate_lines(LINES[:8], translator)):
             if not line.strip():
                 assert translation.hypotheses == [] and translation.parts == 0
@@ -381,7 +381,7 @@ def test_unreadable_inputs_and_missing_models_fail_at_once_naming_them(tmp_path,
 
 def test_settings_that_cannot_work_are_refused_before_anything_runs(model_dir):
     for kwargs, message in [
-        (dict(nbest=3, generation={"num_beams": 2}), "--nbest 3 needs --num_beams 3"),
+        (dict(nbest=3, num_beams=2), "--nbest 3 needs --num_beams 3"),
         (dict(dtype="float16", device="cpu"), "float16 needs a GPU"),
         (dict(int8=True, device="cuda"), "--int8 is PyTorch's dynamic quantization for CPUs"),
         (dict(backend="onnx"), "--backend must be"),
@@ -393,10 +393,10 @@ def test_settings_that_cannot_work_are_refused_before_anything_runs(model_dir):
 
 
 def test_sampling_is_reproducible_from_the_seed(model_dir):
-    translator = load_translator(str(model_dir), device="cpu", nbest=2, generation={"do_sample": True, "top_k": 5})
-    first = [[h.text for h in t.hypotheses] for t in translate_lines(LINES, translator, seed=3)]
-    assert first == [[h.text for h in t.hypotheses] for t in translate_lines(LINES, translator, seed=3)]
-    assert first != [[h.text for h in t.hypotheses] for t in translate_lines(LINES, translator, seed=4)]
+    translator = load_translator(str(model_dir), device="cpu", nbest=2, do_sample=True, top_k=5)
+    first = [[h.text for h in t.hypotheses] for t in translate_lines(LINES, translator.variant(seed=3))]
+    assert first == [[h.text for h in t.hypotheses] for t in translate_lines(LINES, translator.variant(seed=3))]
+    assert first != [[h.text for h in t.hypotheses] for t in translate_lines(LINES, translator.variant(seed=4))]
 
 
 def test_int8_quantizes_every_linear_layer_and_still_translates(model_dir, translator):
@@ -458,7 +458,7 @@ def marian_dir(tmp_path_factory):
 
 def test_marian_translates_like_its_generate(marian_dir):
     model, tokenizer = MarianMTModel.from_pretrained(marian_dir).eval(), AutoTokenizer.from_pretrained(marian_dir)
-    translator = load_translator(str(marian_dir), device="cpu", generation={"num_beams": 2}, max_len_b=8)
+    translator = load_translator(str(marian_dir), device="cpu", num_beams=2, max_len_b=8)
     expected = []
     for line in LINES:
         ids = model.generate(**tokenizer(line, return_tensors="pt"), num_beams=2, max_new_tokens=8)
@@ -473,7 +473,7 @@ def test_marian_translates_like_its_generate(marian_dir):
 def test_ctranslate2_backend_converts_marian_and_agrees_with_pytorch(marian_dir, tmp_path, monkeypatch):
     pytest.importorskip("ctranslate2")
     monkeypatch.setenv("HF_VANILLA_TRANSFORMER_CACHE", str(tmp_path))
-    settings = dict(device="cpu", nbest=2, generation={"num_beams": 2, "early_stopping": True}, max_len_b=8)
+    settings = dict(device="cpu", nbest=2, num_beams=2, early_stopping=True, max_len_b=8)
     torch_translations = list(translate_lines(LINES, load_translator(str(marian_dir), **settings)))
     ct2 = load_translator(str(marian_dir), backend="ctranslate2", **settings)
     (converted,) = (tmp_path / "ctranslate2").iterdir()
@@ -508,7 +508,7 @@ def test_ctranslate2_backend_exports_our_model_once_and_agrees_with_pytorch(
     load_translator(str(model_dir), backend="ctranslate2", device="cpu")  # reuses the converted folder
     assert list((tmp_path / "ctranslate2").iterdir()) == [converted]
     with pytest.raises(ValueError, match="do_sample"):
-        load_translator(str(converted), backend="ctranslate2", generation={"do_sample": True})
+        load_translator(str(converted), backend="ctranslate2", do_sample=True)
 
 
 @pytest.mark.parametrize(
@@ -526,9 +526,7 @@ def test_ctranslate2_decodes_a_batch_of_many_limits_as_each_sentence_alone(
     it gets alone with its own limit, whether its search ends first or runs into its limit."""
     pytest.importorskip("ctranslate2")
     monkeypatch.setenv("HF_VANILLA_TRANSFORMER_CACHE", str(tmp_path))
-    translator = load_translator(
-        str(model_dir), backend="ctranslate2", device="cpu", generation=generation, nbest=nbest
-    )
+    translator = load_translator(str(model_dir), backend="ctranslate2", device="cpu", **generation, nbest=nbest)
     sources = [ids for line in translator.encode([*GERMAN, *GERMAN]) for ids in line.ids]
     limits = [2 + 3 * (i % 4) for i in range(len(sources))]  # 2, 5, 8 and 11 new tokens
     batched = translator.backend.generate(sources, limits)

@@ -1,0 +1,90 @@
+"""`hf-vanilla-transformer translate-corpus`: `corpus.translate_corpus` on a local Ray or a cluster."""
+
+import os
+import sys
+
+from ..errors import CommandParser, check_minimums
+from .options import TranslateOptions, add_arguments
+
+
+DESCRIPTION = """Translate a corpus (Parquet, JSON Lines or text files; local or any filesystem Ray reads, such as s3://)
+on Ray Data: actors that each hold the model translate shards of rows as the translate command translates lines, and
+write them to --output_dir with every input column, plus translation and score. A rerun into the same --output_dir
+translates only what is not complete. Needs the `ray` extra: pip install 'hf-vanilla-transformer[ray]'. See
+docs/translate.md."""
+MINIMUMS = {"num_workers": 1, "shard_rows": 1}
+
+
+def build_parser(prog: str):
+    from .corpus import DEFAULT_SHARD_ROWS, OUTPUT_FORMATS
+
+    parser = CommandParser(prog=prog, description=DESCRIPTION)
+    parser.add_argument("--model", required=True, help="model folder (on every node of a cluster) or Hub id")
+    parser.add_argument("--input", required=True, help="a file, a folder or a glob; local or a URI (s3://...)")
+    parser.add_argument("--column", default="text", help="the column to translate (text files: each line)")
+    parser.add_argument("--output_dir", required=True, help="the shards of the output (local or a URI)")
+    parser.add_argument("--output_format", default="parquet", choices=OUTPUT_FORMATS)
+    parser.add_argument(
+        "--num_workers",
+        type=int,
+        help="actors, each with the model (default: one per GPU, else one per 4 CPUs of the cluster)",
+    )
+    parser.add_argument(
+        "--shard_rows", type=int, default=DEFAULT_SHARD_ROWS, help="input rows per output shard (the unit of resume)"
+    )
+    parser.add_argument(
+        "--address", default=os.environ.get("RAY_ADDRESS"), help="a Ray cluster to join (default: $RAY_ADDRESS, "
+        "else a local Ray on this machine's cores)"
+    )  # fmt: skip
+    add_arguments(parser)
+    return parser
+
+
+def main(argv: list[str], prog: str) -> int:
+    args = build_parser(prog).parse_args(argv)
+    from ..data.folders import check_translation_folder, resolve_model
+    from .command import check_device
+    from .corpus import input_files, ray_module, translate_corpus
+
+    check_minimums(MINIMUMS, args)
+    options = TranslateOptions.of(args).check()
+    check_device(options.device, options.backend)
+    ray = ray_module()
+    inputs = input_files(args.input)
+    if "://" not in args.model:
+        check_translation_folder(resolve_model(args.model), ctranslate2=options.backend == "ctranslate2")
+    started = False
+
+    def connect():
+        nonlocal started
+        if not ray.is_initialized():
+            ray.init(**init_arguments(args.address))
+            started = True
+
+    try:
+        summary = translate_corpus(
+            inputs,
+            args.output_dir,
+            args.model,
+            options,
+            column=args.column,
+            output_format=args.output_format,
+            num_workers=args.num_workers,
+            shard_rows=args.shard_rows,
+            connect=connect,
+        )
+    finally:
+        if started:
+            ray.shutdown()
+    print(f"{prog}: {summary.line()}", file=sys.stderr)
+    return 0
+
+
+def init_arguments(address: str | None) -> dict:
+    """`ray.init`'s arguments: a cluster's address, or a local Ray on this machine's cores with an object store of at
+    most 2 GiB (a fifth of the memory on small machines): the blocks are shard descriptions and summaries."""
+    if address:
+        return dict(address=address)
+    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") if hasattr(os, "sysconf") else 8 << 30
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return dict(num_cpus=cores, include_dashboard=False, object_store_memory=min(2 << 30, memory // 5))

@@ -1,0 +1,119 @@
+"""The translation options, declared once: what `translate`, `serve` and `translate-corpus` accept on their command
+lines and what `load_translator` takes, with their defaults and help.
+
+    options = TranslateOptions(num_beams=5, max_tokens=2000)
+    add_arguments(parser)                       # --backend, --num_beams, --max_tokens, ... in their groups
+    options = TranslateOptions.of(parser.parse_args())
+"""
+
+import argparse
+import os
+from dataclasses import dataclass, field, fields
+
+from ..errors import check_at_least
+
+
+DEFAULT_MAX_TOKENS = 3000
+GENERATION_OPTIONS = ("num_beams", "length_penalty", "early_stopping", "do_sample", "temperature", "top_k", "top_p")
+GROUPS = {
+    "engine": "engine",
+    "decoding": "decoding (default: the model's generation config)",
+    "sentences": "sentences",
+    "batching": "batching",
+}
+
+
+def option(group: str, default=None, help: str | None = None, minimum=None, **argument):
+    """A field with its command-line form: `argument` are `add_argument`'s keywords (type, choices, action)."""
+    return field(default=default, metadata=dict(group=group, help=help, minimum=minimum, argument=argument))
+
+
+@dataclass(frozen=True)
+class TranslateOptions:
+    """How a translator decodes and batches, and which engine runs the model (see docs/translate.md)."""
+
+    # The engine: which one runs the model, where, in which precision, on how many threads.
+    backend: str = option("engine", "torch", choices=("torch", "ctranslate2"))
+    device: str | None = option("engine", help="cpu, cuda, cuda:1, ... (default: cuda when there is one)")
+    dtype: str = option("engine", "float32", choices=("float32", "bfloat16", "float16"))
+    int8: bool = option("engine", False, "dynamic int8 quantization of the linear layers (CPU)", action="store_true")
+    compute_type: str = option("engine", "default", "CTranslate2's compute type (int8, float16, ...)")
+    trust_remote_code: bool = option("engine", False, "run the model folder's own code", action="store_true")
+    threads: int | None = option(
+        "engine",
+        help="torch threads per process (default: the cores divided among the processes on this machine)",
+        minimum=1,
+        type=int,
+    )
+    # Decoding; None keeps the model's generation config.
+    num_beams: int | None = option("decoding", minimum=1, type=int)
+    length_penalty: float | None = option("decoding", type=float)
+    early_stopping: bool | None = option("decoding", action=argparse.BooleanOptionalAction)
+    do_sample: bool | None = option("decoding", action=argparse.BooleanOptionalAction)
+    temperature: float | None = option("decoding", type=float)
+    top_k: int | None = option("decoding", minimum=0, type=int)
+    top_p: float | None = option("decoding", type=float)
+    seed: int = option("decoding", 0, "sampling seed (each batch is seeded from it)", type=int)
+    max_len_a: float | None = option("decoding", help="new tokens <= a * source tokens + b", type=float)
+    max_len_b: int | None = option(
+        "decoding", help="(default: the model's own limit, else a=1, b=50 as generate())", type=int
+    )
+    nbest: int = option("decoding", 1, "hypotheses per line (the n best)", minimum=1, type=int)
+    # How lines become sentences.
+    split_sentences: bool = option(
+        "sentences",
+        True,
+        "split each line into sentences, translate them one by one and join their translations on one line "
+        "(default). --no-split_sentences translates each line as one sentence, as the translation pipeline does: for "
+        "input that is already one sentence per line and must stay so (a test set scored line by line against its "
+        "references), or a model trained on multi-sentence segments. A sentence longer than the model was trained "
+        "on is split at clause punctuation either way.",
+        action=argparse.BooleanOptionalAction,
+    )
+    source_lang: str | None = option(
+        "sentences",
+        help="language of the input (de, en, ...) for the sentence rules, e.g. whether '3. Oktober' is an ordinal "
+        "(default: the source language the model's folder records from training, else rules common to all)",
+    )
+    # Batching: length-sorted batches of at most max_tokens padded source tokens (and batch_size sentences).
+    max_tokens: int = option("batching", DEFAULT_MAX_TOKENS, "padded source tokens per batch", minimum=1, type=int)
+    batch_size: int | None = option("batching", help="sentences per batch", minimum=1, type=int)
+
+    @property
+    def generation(self) -> dict:
+        """The options that go on top of the model's generation config (those given)."""
+        return {name: getattr(self, name) for name in GENERATION_OPTIONS if getattr(self, name) is not None}
+
+    def check(self) -> "TranslateOptions":
+        for f in fields(TranslateOptions):
+            if f.metadata["minimum"] is not None:
+                check_at_least(f"--{f.name}", getattr(self, f.name), f.metadata["minimum"])
+        return self
+
+    @classmethod
+    def of(cls, values) -> "TranslateOptions":
+        """The options among the attributes of `values` (parsed arguments, a server's settings); the rest default."""
+        return cls(**{f.name: getattr(values, f.name) for f in fields(cls) if hasattr(values, f.name)})
+
+
+def add_arguments(parser: argparse.ArgumentParser, exclude: tuple[str, ...] = (), **defaults) -> None:
+    """The options as command-line arguments of `parser`, in their groups; `exclude` leaves some out and `defaults`
+    replaces a command's defaults (e.g. `nbest` per request in the service)."""
+    groups = {}
+    for f in fields(TranslateOptions):
+        if f.name in exclude:
+            continue
+        if f.metadata["group"] not in groups:
+            groups[f.metadata["group"]] = parser.add_argument_group(GROUPS[f.metadata["group"]])
+        default = defaults.get(f.name, f.default)
+        help = f.metadata["help"]
+        if default not in (None, False, True) and "action" not in f.metadata["argument"]:
+            help = f"{help} (default {default})" if help else f"(default {default})"
+        groups[f.metadata["group"]].add_argument(f"--{f.name}", default=default, help=help, **f.metadata["argument"])
+
+
+def default_threads(processes: int = 1, reserved: int = 0) -> int:
+    """Torch threads for each of `processes` on this machine: its cores shared among them, less `reserved` per process
+    (a server's event loop), at least one. torchrun and accelerate launch set one thread per process otherwise."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return max(1, cores // max(processes, 1) - reserved)
