@@ -18,6 +18,7 @@ from transformers import (
 )
 
 from hf_vanilla_transformer import VanillaTransformerForCausalLM
+from hf_vanilla_transformer.model.input_checks import CACHE_NAME
 from hf_vanilla_transformer.recipes.language_modeling import (
     complete,
     sampling_generation_config,
@@ -149,7 +150,7 @@ def test_decoding_with_the_cache_equals_the_full_forward_on_a_left_padded_batch(
             out = model(
                 input_ids=input_ids[:, t : t + 1],
                 attention_mask=attention_mask[:, : t + 1],
-                past_key_values=cache,
+                **{CACHE_NAME: cache},
                 use_cache=True,
             )
             steps.append(out.logits)

@@ -6,6 +6,7 @@ from transformers import DynamicCache, EncoderDecoderCache, GenerationConfig
 from transformers.generation import CompileConfig
 
 from hf_vanilla_transformer import VanillaTransformerForConditionalGeneration
+from hf_vanilla_transformer.model.input_checks import CACHE_NAME
 from tests.helpers import random_batch, tiny_config
 
 
@@ -38,7 +39,7 @@ def test_step_by_step_decoding_with_cache_equals_the_full_forward(attn):
                 encoder_outputs=encoder_outputs,
                 attention_mask=attention_mask,
                 decoder_input_ids=decoder_input_ids[:, t : t + 1],
-                past_key_values=cache,
+                **{CACHE_NAME: cache},
                 use_cache=True,
             )
             cache = out.past_key_values

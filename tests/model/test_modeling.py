@@ -13,6 +13,7 @@ from transformers import DynamicCache
 
 from hf_vanilla_transformer import VanillaTransformerForConditionalGeneration, VanillaTransformerModel
 from hf_vanilla_transformer.model import input_checks
+from hf_vanilla_transformer.model.input_checks import CACHE_NAME
 from hf_vanilla_transformer.model.modeling_vanilla_transformer import (
     VanillaTransformerDecoderLayer,
     VanillaTransformerEncoderLayer,
@@ -450,7 +451,7 @@ def test_a_plain_cache_is_refused_by_the_encoder_decoder_model():
     model = make_model()
     input_ids, attention_mask, labels = random_batch()
     with pytest.raises(TypeError, match="cache must be an `EncoderDecoderCache`, got DynamicCache"):
-        model(input_ids=input_ids, attention_mask=attention_mask, labels=labels, past_key_values=DynamicCache())
+        model(input_ids=input_ids, attention_mask=attention_mask, labels=labels, **{CACHE_NAME: DynamicCache()})
 
 
 def test_return_dict_false_gives_a_tuple_starting_with_loss_and_logits():

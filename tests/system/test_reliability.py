@@ -22,6 +22,7 @@ from transformers import AutoModelForSeq2SeqLM, DynamicCache, EncoderDecoderCach
 from hf_vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration, cli
 from hf_vanilla_transformer.data.folders import load_translation_model, resolve_model
 from hf_vanilla_transformer.errors import InputError
+from hf_vanilla_transformer.model.input_checks import CACHE_NAME
 from hf_vanilla_transformer.training.checkpoints import average_checkpoints
 from tests.helpers import (
     PAIRS,
@@ -412,7 +413,7 @@ def test_random_models_are_finite_padding_invariant_and_cache_consistent(case, a
                 encoder_outputs=encoder_outputs,
                 attention_mask=attention_mask,
                 decoder_input_ids=decoder_input_ids[:, t : t + 1],
-                past_key_values=cache,
+                **{CACHE_NAME: cache},
                 use_cache=True,
             )
             cache = out.past_key_values
