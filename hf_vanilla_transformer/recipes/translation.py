@@ -17,6 +17,7 @@ scale.
 
 import argparse
 import logging
+import os
 import shlex
 import time
 from dataclasses import dataclass, field
@@ -260,6 +261,8 @@ OWN_CORPUS_DEFAULTS = {key: value for key, value in DEMO_DEFAULTS.items() if key
 # update in one batch); the paper presets train this way unless told otherwise.
 PAPER_BATCHES = dict(max_tokens="4096", tokens_per_update=25000)
 GPU_PAPER_BATCHES = dict(max_tokens="auto", tokens_per_update=25000)
+# On a GPU, batches are collated by worker processes while the device trains (the order stays the main process's).
+GPU_LOADING = dict(dataloader_num_workers=4, dataloader_persistent_workers=True)
 # Under --torch_compile, lengths padded to a multiple of this many tokens: fewer distinct shapes to compile, and
 # tensor-core-sized products. (Compiled steps do not pack the real tokens, so a coarser multiple would cost compute.)
 COMPILED_PAD_MULTIPLE = 8
@@ -285,6 +288,7 @@ def parse_args(argv: list[str] | None = None, prog: str = "hf-vanilla-transforme
         OWN_CORPUS_DEFAULTS if own_corpus else DEMO_DEFAULTS,
         bf16=gpu_bf16,
         dataloader_pin_memory=torch.cuda.is_available(),
+        **(GPU_LOADING if torch.cuda.is_available() else {}),
         translate=None if own_corpus else list(EXAMPLES),
         **((GPU_PAPER_BATCHES if torch.cuda.is_available() else PAPER_BATCHES) if "paper_preset" in given else {}),
     )
@@ -473,6 +477,10 @@ def main(argv: list[str] | None = None, prog: str = "hf-vanilla-transformer trai
     check_lengths(data_args, recipe_args, positions)
     datasets, lengths_report = tokenize_splits(corpus, tokenizer, data_args, training_args, positions)
     del corpus  # unmaps the texts, whose pages the BPE and the tokenizer read: 1 GB at 4.5 million pairs
+    if training_args.torch_compile:
+        # Batches vary in shape: compiled with dynamic shapes from the first batch on, one compilation instead of a
+        # static one followed by a dynamic one (accelerate's setting; Trainer leaves it unset).
+        os.environ.setdefault("ACCELERATE_DYNAMO_USE_DYNAMIC", "true")
     trainer = TranslationTrainer(
         model=model,
         args=training_args,
