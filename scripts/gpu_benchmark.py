@@ -164,7 +164,15 @@ def kernel_kind(name: str) -> str:
 
 def profile(fn, device: str) -> dict:
     """One call of `fn` under torch.profiler: its wall time, the GPU's kernel time by kind (on a CPU: operators' own
-    time), the time no kernel ran (idle: the GPU waiting for the host), and the longest kernels."""
+    time), the time no kernel ran (idle: the GPU waiting for the host), and the longest kernels; or the error that
+    kept it from being measured (the timings beside it stay)."""
+    try:
+        return profiled(fn, device)
+    except Exception as error:  # a profiler's failure must not cost the measurement it describes
+        return {"error": f"{type(error).__name__}: {error}"[-500:]}
+
+
+def profiled(fn, device: str) -> dict:
     activities = [torch.profiler.ProfilerActivity.CPU]
     if device == "cuda":
         activities.append(torch.profiler.ProfilerActivity.CUDA)
