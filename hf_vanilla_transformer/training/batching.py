@@ -170,8 +170,9 @@ def auto_max_tokens(
     multiple: int = 64,
 ) -> int:
     """`--max_tokens auto`: the padded tokens per batch that a device with `free_bytes` free holds for a model of
-    `config` with `parameters` parameters, a multiple of `multiple`. With `tokens_per_update`, no more than one update
-    needs (a quarter above it, for padding and the source side): on a large card, one batch per update."""
+    `config` with `parameters` parameters, a multiple of `multiple`. With `tokens_per_update` (a process's share of
+    an update), no more than it needs (a quarter above it, for padding, rounded up to 4,096): on a large card, one
+    batch per update."""
     room = MEMORY_SHARE * (free_bytes - BYTES_PER_PARAMETER * parameters)
     tokens = int(room // training_bytes_per_token(config, half_precision))
     if tokens_per_update:

@@ -173,7 +173,8 @@ class TranslationTrainer(Seq2SeqTrainer):
                 torch.distributed.all_reduce(free, op=torch.distributed.ReduceOp.MIN)
             parameters = sum(p.numel() for p in self.model.parameters())
             half = self.args.bf16 or self.args.fp16
-            tokens = auto_max_tokens(int(free), self.model.config, parameters, half, self.tokens_per_update)
+            per_process = self.tokens_per_update and -(-self.tokens_per_update // self.args.world_size)
+            tokens = auto_max_tokens(int(free), self.model.config, parameters, half, per_process)
         if self.is_world_process_zero():
             where = f"{int(free) / 2**30:.1f} GiB free on {device}" if device.type == "cuda" else "no GPU"
             logger.warning(f"--max_tokens auto: {tokens:,} padded tokens per batch ({where}).")

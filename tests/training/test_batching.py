@@ -169,6 +169,8 @@ def test_auto_max_tokens_fills_the_free_memory_up_to_one_update():
     # An 80 GB card holds the paper's whole update in one batch, at both sizes.
     assert auto_max_tokens(78 * gib, base, 63_000_000, tokens_per_update=25000) == 32768
     assert auto_max_tokens(78 * gib, big, 213_000_000, tokens_per_update=25000) == 32768
+    # Eight GPUs each take an eighth of the update: fairseq's 4,096 tokens per GPU.
+    assert auto_max_tokens(78 * gib, base, 63_000_000, tokens_per_update=25000 // 8) == 4096
     # A 24 GB card: fewer tokens, a multiple of 64, within 80% of the memory left by the weights and optimizer.
     tokens = auto_max_tokens(22 * gib, base, 63_000_000, tokens_per_update=25000)
     assert 8192 < tokens < 32768 and tokens % 64 == 0
