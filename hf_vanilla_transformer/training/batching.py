@@ -136,7 +136,7 @@ def accumulation_steps_for(tokens_per_update: int, target_tokens: int, batches: 
 # bf16 autocast: per layer, per model dimension and per feed-forward unit, and per vocabulary entry for the loss (its
 # float32 log-probabilities, and in the backward pass their gradient and the half-precision logits and gradient).
 # Measured on the CPU from the tensors autograd saves (tests/training/test_batching.py checks them against a model);
-# an H100 ran the base model at 25,400 target tokens in 21.4 GB, 6% under this estimate.
+# an H100 trained the base model at 25,400 target tokens in 21.4 GB, about 10% under this estimate.
 SAVED_BYTES = {"embedding_per_dim": 10, "encoder_per_dim": 28, "decoder_per_dim": 48, "per_ffn_unit": 2}
 LOSS_BYTES_PER_VOCABULARY_ENTRY = 16
 # Per parameter: float32 weights, gradients and AdamW's two moments, and autocast's half-precision copy.
