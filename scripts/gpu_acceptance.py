@@ -28,6 +28,7 @@ and a broken package fails a part, not the run.
 """
 
 import argparse
+import itertools
 import json
 import os
 import random
@@ -324,13 +325,13 @@ def write_synthetic_corpus(prefix: Path, pairs: int, words: int, seed: int = 0) 
         language: ["".join(rng.choices("abcdefghijklmnopqrstuvwxyz", k=rng.randint(2, 9))) for _ in range(words)]
         for language in ("de", "en")
     }
-    weights = [1 / rank for rank in range(1, words + 1)]
+    cumulative = list(itertools.accumulate(1 / rank for rank in range(1, words + 1)))
     lines = {"de": [], "en": []}
     for _ in range(pairs):
         source = max(1, min(120, int(rng.lognormvariate(3.1, 0.55))))
         target = max(1, min(120, round(source * rng.uniform(0.8, 1.25))))
         for language, length in (("de", source), ("en", target)):
-            lines[language].append(" ".join(rng.choices(vocabulary[language], weights, k=length)))
+            lines[language].append(" ".join(rng.choices(vocabulary[language], cum_weights=cumulative, k=length)))
     for language, text in lines.items():
         prefix.with_suffix(f".{language}").write_text("\n".join(text) + "\n")
 
