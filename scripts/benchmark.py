@@ -10,6 +10,8 @@ Every system has the same architecture and size, is randomly initialised (seeded
 - generation: 64 sources of 20-30 tokens in batches of 16, exactly 30 new tokens (EOS disabled), greedy and beam-4, in
   generated tokens per second (CTranslate2 generates only; nn.Transformer has no beam search); and the first 16
   sources one at a time (batch 1, torch systems only).
+"ours, torch.compile" trains our model compiled by `torch.compile` (inductor), as Trainer's `--torch_compile` does
+(its warm-up pass over every batch shape compiles it; it does not generate).
 CTranslate2 runs the MarianMTModel converted by its own converter, and our model exported by `export_ctranslate2`
 ("this package via CTranslate2"), same size and workload. "this package via ONNX Runtime" is our model exported by
 `export_onnx` (float32 and dynamic int8 graphs) decoded greedily by `onnx_runtime.OnnxSeq2SeqLM`.
