@@ -54,11 +54,11 @@ BUDGETS = {
     "wheels": (60, 120),
     "environment": (40, 120),
     "benchmark": (200, 600),
-    "recipe": (220, 300),
+    "recipe": (250, 300),
     "train": (50, 300),
     "resume": (40, 300),
     "tests": (90, 300),
-    "benchmark_big": (170, 300),
+    "benchmark_big": (150, 300),
 }
 # The benchmark's measurements (scripts.gpu_benchmark.MEASUREMENTS) of the two benchmark parts: the compilations of the
 # training step last (about a minute each on an H100 host; the recipe measures the compiled base model on its own
