@@ -10,6 +10,8 @@ Every system has the same architecture and size, is randomly initialised (seeded
 - generation: 64 sources of 20-30 tokens in batches of 16, exactly 30 new tokens (EOS disabled), greedy and beam-4, in
   generated tokens per second (CTranslate2 generates only; nn.Transformer has no beam search); and the first 16
   sources one at a time (batch 1, torch systems only).
+"ours, torch.compile" trains our model compiled by `torch.compile` (inductor), as Trainer's `--torch_compile` does
+(its warm-up pass over every batch shape compiles it; it does not generate).
 CTranslate2 runs the MarianMTModel converted by its own converter, and our model exported by `export_ctranslate2`
 ("this package via CTranslate2"), same size and workload. "this package via ONNX Runtime" is our model exported by
 `export_onnx` (float32 and dynamic int8 graphs) decoded greedily by `onnx_runtime.OnnxSeq2SeqLM`.
@@ -62,10 +64,16 @@ SIZES = {
     "tiny": dict(d_model=32, heads=2, ffn=64, layers=1, vocab_size=100),  # for tests and smoke runs
     "small": dict(d_model=256, heads=4, ffn=1024, layers=3, vocab_size=8000),
     "base": dict(d_model=512, heads=8, ffn=2048, layers=6, vocab_size=37000),  # the paper's base model
+    "big": dict(d_model=1024, heads=16, ffn=4096, layers=6, vocab_size=37000),  # the paper's big model (GPU runs)
 }
 SEED = 0
 TRAIN_BATCH, TRAIN_LENGTHS, TRAIN_BATCHES = 32, (10, 40), 4  # one measurement = a warm-up pass + timed passes
-TRAIN_PASSES = {"tiny": 1, "small": 3, "base": 1}  # timed passes: a small-model pass is too short to time alone
+TRAIN_PASSES = {
+    "tiny": 1,
+    "small": 3,
+    "base": 1,
+    "big": 1,
+}  # timed passes: a small-model pass is too short to time alone
 SOURCES, SOURCE_LENGTHS, GENERATION_BATCH, NEW_TOKENS = 64, (20, 30), 16, 30
 SINGLE_SOURCES = 16  # the batch-1 tasks translate the first 16 sources one at a time
 GENERATION_TIMINGS = 5  # passes over each generation task per system and repeat; the fastest counts
@@ -77,15 +85,17 @@ TORCH_SYSTEMS = {
     "ours-eager": "ours (eager)",
     "ours-labels": "ours, labels only",
     "ours-logits": "ours, loss from logits",
+    "ours-compiled": "ours, torch.compile",
     "ours-translate": "ours, translate's engine",
     "marian-sdpa": "MarianMTModel (sdpa)",
     "marian-eager": "MarianMTModel (eager)",
     "nn-transformer": "nn.Transformer (no KV cache)",
 }
 OURS, REFERENCE = "ours-sdpa", "marian-sdpa"  # the targets compare these two (and CTranslate2)
-# The two other ways of training our model (sdpa): they differ from ours-sdpa in training only, so they do not
+COMPILED = "ours-compiled"  # ours-sdpa under torch.compile (inductor), as Trainer's --torch_compile runs it
+# The three other ways of training our model (sdpa): they differ from ours-sdpa in training only, so they do not
 # generate; and the engine of `translate` (its own search over the same model), which differs in generation only.
-TRAINING_CALL_PATHS = {"ours-labels", "ours-logits"}
+TRAINING_CALL_PATHS = {"ours-labels", "ours-logits", COMPILED}
 GENERATION_PATHS = {"ours-translate"}
 RATIO_METRICS = [f"{task}_tokens_per_s" for task in TASKS] + ["train_peak_mb"]
 CT2_SCRIPT = Path(__file__).with_name("benchmark_ctranslate2.py")
@@ -177,7 +187,8 @@ def build_model(system: str, size: str, seed: int = SEED) -> nn.Module:
     if family == "marian":
         return MarianMTModel._from_config(marian_config(size), attn_implementation=attn_implementation)
     config = model_config_for("vanilla", **size_fields(size), dropout=0.1, label_smoothing=LABEL_SMOOTHING)
-    return VanillaTransformerForConditionalGeneration._from_config(config, attn_implementation=attn_implementation)
+    model = VanillaTransformerForConditionalGeneration._from_config(config, attn_implementation=attn_implementation)
+    return torch.compile(model) if system == COMPILED else model
 
 
 def training_loss(model: nn.Module, system: str, batch: dict) -> torch.Tensor:
@@ -189,7 +200,7 @@ def training_loss(model: nn.Module, system: str, batch: dict) -> torch.Tensor:
     """
     if system == "ours-labels":
         return model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], labels=batch["labels"]).loss
-    if system in ("ours-sdpa", "ours-eager"):
+    if system in ("ours-sdpa", "ours-eager", COMPILED):
         return model(**batch).loss
     inputs = {name: value for name, value in batch.items() if name not in ("labels", "decoder_attention_mask")}
     if system == "ours-logits":
@@ -270,7 +281,13 @@ def forward_flops(size: str, source_length: int, target_length: int, num_beams: 
     biases and the optimizer are left out. Training is 3x (backward = 2x forward).
     """
     d, f, layers, v = (SIZES[size][k] for k in ("d_model", "ffn", "layers", "vocab_size"))
-    s, t = source_length, target_length
+    return pair_flops(d, f, layers, v, source_length, target_length, num_beams)
+
+
+def pair_flops(d: int, f: int, layers: int, v: int, s, t, num_beams: int = 1):
+    """[`forward_flops`] of a model of width d, FFN f, `layers` + `layers` layers and vocabulary v, for source and
+    target lengths s and t: ints, or tensors of many pairs' lengths (the GPU training probe counts them on the
+    device)."""
     encoder = layers * (8 * s * d * d + 4 * s * s * d + 4 * s * d * f)  # Q,K,V,O projections; QK^T and AV; FFN
     cross_keys_values = layers * 4 * s * d * d
     decoder = (
@@ -379,7 +396,8 @@ def measure_torch(
             optimizer.zero_grad(set_to_none=True)
 
     if system not in GENERATION_PATHS:
-        train(batches if size != "base" else batches[:1])  # warm-up: every batch shape once, except the slow size
+        # warm-up: every batch shape once (compiling them), except the slow size's uncompiled systems
+        train(batches if size not in ("base", "big") or system == COMPILED else batches[:1])
         passes = TRAIN_PASSES[size]
         seconds = timed(lambda: [train(batches) for _ in range(passes)], device)[0]
         result = {"train": seconds / passes, "train_peak_mb": peak_memory_mb(device)}
@@ -638,6 +656,15 @@ def check_targets(rows: list[dict], precision: str, ct2: dict) -> list[dict]:
     specs = [  # description, metric, system, other system, ">=" or "<=", threshold on the ratio system/other, sizes
         (f"training >= 1.3x {marian}", "train_tokens_per_s", OURS, REFERENCE, ">=", 1.3, sizes),
         (f"peak training memory <= {marian}", "train_peak_mb", OURS, REFERENCE, "<=", 1.0, sizes),
+        (
+            f"training, {TORCH_SYSTEMS[COMPILED]} >= 1.2x {TORCH_SYSTEMS[OURS]}",
+            "train_tokens_per_s",
+            COMPILED,
+            OURS,
+            ">=",
+            1.2,
+            sizes,
+        ),
     ]
     engine = TORCH_SYSTEMS["ours-translate"]
     for task, batch in (("greedy", 16), ("beam4", 16), ("greedy_b1", 1), ("beam4_b1", 1)):

@@ -39,6 +39,8 @@ MODULES = {
     "pytest": "pytest",
     "ctranslate2": "ctranslate2",
 }
+# Not huggingface_hub, tokenizers, safetensors: a machine with transformers 5.x has releases that the newest
+# transformers imports with, and huggingface_hub 2 would bring dependencies of its own (httpx2) that it lacks.
 PACKAGES = ["transformers", "datasets", "evaluate", "dill", "multiprocess"]
 OPTIONAL_PACKAGES = ["ctranslate2"]  # 43 MB, and its CUDA build needs CUDA 12's cuBLAS (libcublas.so.12)
 # pip's platform tags for wheels that install on any x86-64 Linux with glibc 2.17 or newer.

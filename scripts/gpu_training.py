@@ -4,8 +4,11 @@ would be (`accelerate launch ... -m scripts.gpu_training`), it also writes stead
     accelerate launch --config_file CONFIG -m scripts.gpu_training --probe FILE [--warmup_steps K] -- [recipe options]
 
 The probe times the steps of this run after its first K (to the end of its last step: the final checkpoint, the
-evaluation and the saving come after), counts the target tokens those steps trained on as a running sum on the device
-(no host synchronisation), and reads the peak GPU memory. Every process's tokens are summed and its memory maxed.
+evaluation and the saving come after), counts the target tokens those steps trained on and their model FLOPs (the
+matmuls of the real tokens, `scripts.benchmark.pair_flops`, x3 for training) as running sums on the device (no host
+synchronisation), and reads the peak GPU memory; under `--torch_compile`, how many graphs torch compiled and how many
+graph breaks it met. Every process's tokens and FLOPs are summed and its memory maxed. The utilisation is against the
+card's dense bf16 peak (`scripts.gpu_benchmark.DENSE_BF16_TFLOPS`) times the process count.
 """
 
 import argparse
@@ -18,6 +21,9 @@ from transformers import TrainerCallback
 
 from hf_vanilla_transformer.recipes import translation
 
+from .benchmark import pair_flops
+from .gpu_benchmark import card_peak
+
 
 def synchronize() -> None:
     if torch.cuda.is_available():
@@ -28,7 +34,8 @@ class Probe(TrainerCallback):
     def __init__(self, trainer, path: Path, warmup_steps: int):
         self.trainer, self.path, self.warmup_steps = trainer, path, warmup_steps
         self.tokens = torch.zeros((), dtype=torch.long, device=trainer.args.device)  # target tokens trained on
-        self.first_step = self.start = self.start_tokens = None
+        self.flops = torch.zeros((), dtype=torch.float64, device=trainer.args.device)  # their model FLOPs
+        self.first_step = self.start = self.start_tokens = self.start_flops = None
         self.window = None  # (steps, seconds, tokens) of the timed steps
 
     def on_train_begin(self, args, state, control, **kwargs):
@@ -39,16 +46,25 @@ class Probe(TrainerCallback):
     def on_step_begin(self, args, state, control, **kwargs):
         if state.global_step == self.first_step + self.warmup_steps:
             synchronize()
-            self.start, self.start_tokens = time.perf_counter(), self.tokens.clone()
+            self.start, self.start_tokens, self.start_flops = (
+                time.perf_counter(),
+                self.tokens.clone(),
+                self.flops.clone(),
+            )
 
     def on_step_end(self, args, state, control, **kwargs):
         if self.start is not None and (state.global_step >= state.max_steps or control.should_training_stop):
             synchronize()
             steps = state.global_step - self.first_step - self.warmup_steps
-            self.window = (steps, time.perf_counter() - self.start, self.tokens - self.start_tokens)
+            self.window = (
+                steps,
+                time.perf_counter() - self.start,
+                self.tokens - self.start_tokens,
+                self.flops - self.start_flops,
+            )
 
     def on_train_end(self, args, state, control, **kwargs):
-        steps, seconds, tokens = self.window or (0, 0.0, torch.zeros_like(self.tokens))
+        steps, seconds, tokens, flops = self.window or (0, 0.0, torch.zeros_like(self.tokens), self.flops * 0)
         peaks = torch.tensor(
             [torch.cuda.max_memory_allocated(), torch.cuda.max_memory_reserved()]
             if torch.cuda.is_available()
@@ -58,10 +74,13 @@ class Probe(TrainerCallback):
         )
         if torch.distributed.is_available() and torch.distributed.is_initialized():
             torch.distributed.all_reduce(tokens)
+            torch.distributed.all_reduce(flops)
             torch.distributed.all_reduce(peaks, op=torch.distributed.ReduceOp.MAX)
         if not state.is_world_process_zero:
             return
         accelerator = self.trainer.accelerator
+        card = card_peak(torch.cuda.get_device_name(0)) if torch.cuda.is_available() else None
+        flops_per_second = flops.item() / seconds if seconds else None
         figures = {
             "first_step": self.first_step,
             "last_step": state.global_step,
@@ -71,6 +90,12 @@ class Probe(TrainerCallback):
             "steps_per_second": steps / seconds if seconds else None,
             "target_tokens": int(tokens),
             "target_tokens_per_second": int(tokens) / seconds if seconds else None,
+            "model_flops_per_second": flops_per_second,
+            "utilisation": flops_per_second / (card[1] * args.world_size) if card and flops_per_second else None,
+            "max_tokens": self.trainer.max_tokens,
+            "gradient_accumulation_steps": args.gradient_accumulation_steps,
+            "torch_compile": args.torch_compile,
+            **compilations(),
             "peak_memory_allocated_mb": peaks[0].item() / 2**20,
             "peak_memory_reserved_mb": peaks[1].item() / 2**20,
             "world_size": args.world_size,
@@ -80,6 +105,25 @@ class Probe(TrainerCallback):
             "device": str(args.device),
         }
         self.path.write_text(json.dumps(figures, indent=2) + "\n")
+
+
+def compilations() -> dict:
+    """Graphs compiled and graph breaks met by torch.compile in this process (dynamo's counters)."""
+    from torch._dynamo.utils import counters  # the one place that reads them: there is no public API yet
+
+    return {
+        "compiled_graphs": counters["stats"]["unique_graphs"],
+        "graph_breaks": sum(counters["graph_break"].values()),
+    }
+
+
+def batch_flops(model, inputs) -> torch.Tensor:
+    """Training FLOPs of a batch's real tokens (forward x3), on the device."""
+    config = model.config
+    source = inputs["attention_mask"].sum(1, dtype=torch.float64)
+    target = (inputs["labels"] != -100).sum(1, dtype=torch.float64)
+    sizes = (config.d_model, config.encoder_ffn_dim, config.encoder_layers, config.vocab_size)
+    return 3 * pair_flops(*sizes, source, target).sum()
 
 
 def probed_trainer(path: Path, warmup_steps: int) -> type:
@@ -94,6 +138,7 @@ def probed_trainer(path: Path, warmup_steps: int) -> type:
         def compute_loss(self, model, inputs, *args, **kwargs):
             if model.training:
                 self.probe.tokens += (inputs["labels"] != -100).sum()
+                self.probe.flops += batch_flops(self.model, inputs)
             return super().compute_loss(model, inputs, *args, **kwargs)
 
     return ProbedTrainer

@@ -17,6 +17,7 @@ scale.
 
 import argparse
 import logging
+import os
 import shlex
 import time
 from dataclasses import dataclass, field
@@ -183,19 +184,22 @@ class DataArguments:
 
 @dataclass
 class RecipeArguments:
-    max_tokens: int | None = field(
+    max_tokens: str | None = field(
         default=None,
         metadata={
             "help": "Batch pairs of similar length by token budget: at most this many padded source tokens and as "
             "many target tokens per batch and process (replaces --per_device_train_batch_size; fairseq's "
-            "--max-tokens). It must hold one pair of --max_source_length and --max_target_length. 0: sentence batches."
+            "--max-tokens). It must hold one pair of --max_source_length and --max_target_length. 0: sentence "
+            "batches. auto: as many as the GPU's free memory holds for the model (at most what one "
+            "--tokens_per_update needs), --paper_preset's default on a GPU; 4096 on a CPU."
         },
     )
     tokens_per_update: int | None = field(
         default=None,
         metadata={
             "help": "With --max_tokens: derive --gradient_accumulation_steps so that one update holds about this "
-            "many target tokens over all processes. --paper_preset sets the paper's 25000, with --max_tokens 4096."
+            "many target tokens over all processes. --paper_preset sets the paper's 25000, with --max_tokens auto "
+            "on a GPU and 4096 on a CPU."
         },
     )
     average_last: int = field(
@@ -254,8 +258,15 @@ OWN_CORPUS_DEFAULTS = {key: value for key, value in DEMO_DEFAULTS.items() if key
 
 
 # The paper's batches (section 5.1): about 25,000 target tokens per update, in token batches of at most 4,096 tokens
-# per process (fairseq's WMT recipe); the paper presets train this way unless told otherwise.
-PAPER_BATCHES = dict(max_tokens=4096, tokens_per_update=25000)
+# per process on a CPU (fairseq's WMT recipe), and on a GPU as many as its memory holds (on an 80 GB card, the whole
+# update in one batch); the paper presets train this way unless told otherwise.
+PAPER_BATCHES = dict(max_tokens="4096", tokens_per_update=25000)
+GPU_PAPER_BATCHES = dict(max_tokens="auto", tokens_per_update=25000)
+# On a GPU, batches are collated by worker processes while the device trains (the order stays the main process's).
+GPU_LOADING = dict(dataloader_num_workers=4, dataloader_persistent_workers=True)
+# Under --torch_compile, lengths padded to a multiple of this many tokens: fewer distinct shapes to compile, and
+# tensor-core-sized products. (Compiled steps do not pack the real tokens, so a coarser multiple would cost compute.)
+COMPILED_PAD_MULTIPLE = 8
 
 
 def given_options(argv: list[str] | None) -> set[str]:
@@ -278,12 +289,14 @@ def parse_args(argv: list[str] | None = None, prog: str = "hf-vanilla-transforme
         OWN_CORPUS_DEFAULTS if own_corpus else DEMO_DEFAULTS,
         bf16=gpu_bf16,
         dataloader_pin_memory=torch.cuda.is_available(),
+        **(GPU_LOADING if torch.cuda.is_available() else {}),
         translate=None if own_corpus else list(EXAMPLES),
-        **(PAPER_BATCHES if "paper_preset" in given else {}),
+        **((GPU_PAPER_BATCHES if torch.cuda.is_available() else PAPER_BATCHES) if "paper_preset" in given else {}),
     )
     dataclasses = (ModelArguments, DataArguments, RecipeArguments, Seq2SeqTrainingArguments)
     parsed = parse_recipe_arguments(dataclasses, defaults, argv, prog, __doc__.split("\n\n")[0])
     data_args, recipe_args = parsed[1], parsed[2]
+    recipe_args.max_tokens = parse_max_tokens(recipe_args.max_tokens)
     if not recipe_args.max_tokens and "tokens_per_update" not in given:  # --max_tokens 0: the preset's update too
         recipe_args.max_tokens = recipe_args.tokens_per_update = None
     if own_corpus and "output_dir" not in given:
@@ -294,6 +307,19 @@ def parse_args(argv: list[str] | None = None, prog: str = "hf-vanilla-transforme
     if (data_args.validation_file or data_args.test_file) and not (data_args.train_file or data_args.dataset_name):
         raise InputError("--validation_file and --test_file come with --train_file (the training corpus).")
     return parsed
+
+
+def parse_max_tokens(value: str | None) -> int | str | None:
+    """--max_tokens: a count of tokens, or auto."""
+    if value is None or value == "auto":
+        return value
+    try:
+        tokens = int(value)
+    except ValueError:
+        tokens = -1
+    if tokens < 0:
+        raise InputError(f"--max_tokens {value}: expected a number of tokens (0: sentence batches) or auto.")
+    return tokens
 
 
 def prepare_output_dir(training_args, recipe_args) -> str | None:
@@ -391,7 +417,7 @@ def check_lengths(data_args, recipe_args, positions: int):
                 f"{option} {value} is more than the model's {positions} positions (--max_position_embeddings)."
             )
     longest = max(data_args.max_source_length, data_args.max_target_length)
-    if recipe_args.max_tokens and recipe_args.max_tokens < longest:
+    if isinstance(recipe_args.max_tokens, int) and 0 < recipe_args.max_tokens < longest:
         raise InputError(
             f"--max_tokens {recipe_args.max_tokens} cannot hold one pair of --max_source_length / --max_target_length "
             f"{longest} tokens: raise it, or lower the length limits."
@@ -457,13 +483,22 @@ def main(argv: list[str] | None = None, prog: str = "hf-vanilla-transformer trai
     check_lengths(data_args, recipe_args, positions)
     datasets, lengths_report = tokenize_splits(corpus, tokenizer, data_args, training_args, positions)
     del corpus  # unmaps the texts, whose pages the BPE and the tokenizer read: 1 GB at 4.5 million pairs
+    if training_args.torch_compile:
+        # Batches vary in shape: compiled with dynamic shapes from the first batch on, one compilation instead of a
+        # static one followed by a dynamic one (accelerate's setting; Trainer leaves it unset).
+        os.environ.setdefault("ACCELERATE_DYNAMO_USE_DYNAMIC", "true")
     trainer = TranslationTrainer(
         model=model,
         args=training_args,
         train_dataset=datasets["train"],
         eval_dataset=datasets.get("validation"),
         processing_class=tokenizer,
-        data_collator=TranslationDataCollator(tokenizer, model=model, label_pad_token_id=-100),
+        data_collator=TranslationDataCollator(
+            tokenizer,
+            model=model,
+            label_pad_token_id=-100,
+            pad_to_multiple_of=COMPILED_PAD_MULTIPLE if training_args.torch_compile else None,
+        ),
         compute_metrics=build_compute_metrics(tokenizer),
         max_tokens=recipe_args.max_tokens,
         tokens_per_update=recipe_args.tokens_per_update,
@@ -479,7 +514,7 @@ def main(argv: list[str] | None = None, prog: str = "hf-vanilla-transformer trai
     if trainer.is_world_process_zero():
         bundled = data_args.dataset_name is None and data_args.train_file is None
         batching = {
-            "max_tokens": recipe_args.max_tokens,
+            "max_tokens": trainer.max_tokens,
             "tokens_per_update": recipe_args.tokens_per_update,
             "gradient_accumulation_steps": training_args.gradient_accumulation_steps,
         }

@@ -16,12 +16,21 @@ from ..data.corpus import pair_lengths
 from ..errors import InputError
 from ..model.configuration_vanilla_transformer import max_new_tokens_for, target_positions
 from ..model.pipeline_translation import check_tokenizer_fits_model
-from .batching import LengthSortedSampler, SeededLengthGroupedSampler, TokenBatchSampler, accumulation_steps_for
+from .batching import (
+    LengthSortedSampler,
+    SeededLengthGroupedSampler,
+    TokenBatchSampler,
+    accumulation_steps_for,
+    auto_max_tokens,
+)
 from .checkpoints import FileModesCallback
 from .progress import TrainingProgressCallback
 
 
 logger = logging.get_logger(__name__)
+
+# `max_tokens="auto"` without a GPU to measure: fairseq's WMT batches, which a CPU's memory holds at the paper's sizes.
+CPU_MAX_TOKENS = 4096
 
 
 def noam_learning_rate(d_model: int, warmup_steps: int, scale: float = 1.0) -> float:
@@ -66,7 +75,9 @@ class TranslationTrainer(Seq2SeqTrainer):
     - `Seq2SeqTrainer` gathers predictions with `accelerator.gather`, which keeps the examples that the distributed
       sampler repeats to fill the last batch; BLEU would count them twice. This gathers with `gather_for_metrics`.
     - With `max_tokens`, batches hold pairs of similar length up to that many padded source and target tokens
-      ([`TokenBatchSampler`]); with `tokens_per_update`, gradient accumulation is derived so that an update holds
+      ([`TokenBatchSampler`], counting the padding of the collator's `pad_to_multiple_of`); `"auto"` sizes them
+      for the GPU's free memory ([`auto_max_tokens`], the smallest over all processes; `CPU_MAX_TOKENS` on a CPU).
+      With `tokens_per_update`, gradient accumulation is derived so that an update holds
       about that many target tokens over all processes. The loss of an update is normalised by its real target
       tokens over every process and accumulation step (transformers' `num_items_in_batch`), so two processes give
       the losses of one process accumulating two batches. The log reports `target_tokens_per_update`.
@@ -87,7 +98,7 @@ class TranslationTrainer(Seq2SeqTrainer):
     def __init__(
         self,
         *args,
-        max_tokens: int | None = None,
+        max_tokens: int | str | None = None,
         tokens_per_update: int | None = None,
         max_train_minutes: float = 0,
         **kwargs,
@@ -109,14 +120,19 @@ class TranslationTrainer(Seq2SeqTrainer):
         if not self.max_tokens:
             return super().get_train_dataloader()
         args = self.args
+        if self.max_tokens == "auto":
+            self.max_tokens = self.auto_max_tokens()
         lengths = pair_lengths(self.train_dataset)
+        multiple = getattr(self.data_collator, "pad_to_multiple_of", None) or 1
         if self.tokens_per_update:
-            batches = len(TokenBatchSampler(*lengths, self.max_tokens, seed=args.seed))
+            batches = len(TokenBatchSampler(*lengths, self.max_tokens, args.seed, pad_to_multiple_of=multiple))
             args.gradient_accumulation_steps = accumulation_steps_for(
                 self.tokens_per_update, int(lengths[1].sum()), batches, args.world_size
             )
         per_update = args.world_size * args.gradient_accumulation_steps
-        sampler = TokenBatchSampler(*lengths, self.max_tokens, args.seed, batches_multiple=per_update)
+        sampler = TokenBatchSampler(
+            *lengths, self.max_tokens, args.seed, batches_multiple=per_update, pad_to_multiple_of=multiple
+        )
         if self.is_world_process_zero():
             shapes = sampler.shapes()
             logger.warning(
@@ -144,6 +160,25 @@ class TranslationTrainer(Seq2SeqTrainer):
             worker_init_fn=functools.partial(seed_worker, num_workers=workers, rank=args.process_index),
         )
         return self.accelerator.prepare(loader)
+
+    def auto_max_tokens(self) -> int:
+        """`max_tokens="auto"`: sized for the free memory of the GPU (the smallest over the processes, which must cut
+        the same batches), logged."""
+        device = self.args.device
+        if device.type != "cuda":
+            tokens = CPU_MAX_TOKENS
+        else:
+            free = torch.tensor(torch.cuda.mem_get_info(device)[0], device=device)
+            if torch.distributed.is_available() and torch.distributed.is_initialized():
+                torch.distributed.all_reduce(free, op=torch.distributed.ReduceOp.MIN)
+            parameters = sum(p.numel() for p in self.model.parameters())
+            half = self.args.bf16 or self.args.fp16
+            per_process = self.tokens_per_update and -(-self.tokens_per_update // self.args.world_size)
+            tokens = auto_max_tokens(int(free), self.model.config, parameters, half, per_process)
+        if self.is_world_process_zero():
+            where = f"{int(free) / 2**30:.1f} GiB free on {device}" if device.type == "cuda" else "no GPU"
+            logger.warning(f"--max_tokens auto: {tokens:,} padded tokens per batch ({where}).")
+        return tokens
 
     def _get_train_sampler(self, train_dataset=None):
         train_dataset = train_dataset if train_dataset is not None else self.train_dataset

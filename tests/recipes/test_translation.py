@@ -347,6 +347,10 @@ def test_the_demos_settings_switch_off_with_a_users_corpus(tmp_path, capsys):
     assert (recipe.max_tokens, recipe.tokens_per_update) == (4096, 25000)
     _, _, recipe, _ = parse_args(["--paper_preset", "base", "--max_tokens", "0"])
     assert (recipe.max_tokens, recipe.tokens_per_update) == (None, None)
+    _, _, recipe, _ = parse_args(["--paper_preset", "base", "--max_tokens", "auto"])
+    assert (recipe.max_tokens, recipe.tokens_per_update) == ("auto", 25000)
+    with pytest.raises(InputError, match="--max_tokens lots: expected a number of tokens .* or auto"):
+        parse_args(["--max_tokens", "lots"])
     with pytest.raises(SystemExit) as exit:
         parse_args(["--max_tokens", "4096", "--tokens_per_updates", "25000"])
     assert exit.value.code == 2

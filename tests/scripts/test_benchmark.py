@@ -109,6 +109,10 @@ def test_flop_count_by_hand():
     decoder = 8 * 32 * 32 + 4 * 32 + 4 * 32 * 32 + 4 * 2 * 32 + 4 * 32 * 64 + 2 * 32 * 100  # 27264
     assert benchmark.forward_flops("tiny", 2, 1) == encoder + cross_keys_values + decoder == 68736
     assert benchmark.forward_flops("tiny", 2, 1, num_beams=4) == encoder + cross_keys_values + 4 * decoder
+    # The same count over many pairs' lengths at once, as the GPU training probe makes it on the device.
+    sources, targets = torch.tensor([2.0, 7.0, 30.0]), torch.tensor([1.0, 9.0, 25.0])
+    expected = sum(benchmark.forward_flops("tiny", int(s), int(t)) for s, t in zip(sources, targets))
+    assert float(benchmark.pair_flops(32, 64, 1, 100, sources, targets).sum()) == expected
 
 
 @pytest.mark.parametrize("target_length", [1, 5])

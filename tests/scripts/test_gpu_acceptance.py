@@ -144,9 +144,9 @@ def test_the_dry_run_runs_every_part_on_the_cpu_and_writes_the_results(tmp_path)
     # What comes back from the GPU machine: at most 8 files, none in a folder.
     assert sorted(p.name for p in out.iterdir()) == ["gpu_acceptance.json", "gpu_acceptance.log", "gpu_acceptance.md"]
     results = json.loads((out / "gpu_acceptance.json").read_text())
-    runs = [f"{kind} tiny {config}" for config in ("ddp", "fsdp") for kind in ("train", "resume")]
+    runs = [f"{kind} tiny ddp" for kind in ("train", "resume")]
     assert [(p["name"], p["status"]) for p in results["parts"]] == [
-        (name, "ok") for name in ["environment", "tests", "benchmark", *runs]
+        (name, "ok") for name in ["environment", "benchmark", "recipe base", *runs, "tests"]
     ]
 
     env = results["environment"]
@@ -162,11 +162,17 @@ def test_the_dry_run_runs_every_part_on_the_cpu_and_writes_the_results(tmp_path)
     for system in ("ours-sdpa", "marian-sdpa"):
         assert rows[system]["train_filled_tokens_per_s"] > 0 and rows[system]["train_tokens_per_s"] > 0
         assert rows[system]["greedy_tokens_per_s"] > 0 and rows[system]["beam4_tokens_per_s"] > 0
-    assert rows["ours-sdpa-compiled"]["identical_rows"] == "64/64"
+        assert rows[system]["profile"]["kinds"]["matmul"]["ms"] > 0  # one step under torch.profiler
+    assert rows["ours-static-compiled"]["identical_rows"] == "64/64"
     assert [t["target"] for t in benchmark["targets"]] == [
-        "training >= 1.3x MarianMTModel (sdpa) tokens/s",
+        "base: training (ours (sdpa)) >= 2.0x MarianMTModel (sdpa) tokens/s",
         "compiled static-cache greedy >= 3.0x eager at batch 64",
     ]
+
+    recipe = results["recipe"]  # the recipe's defaults on the synthetic corpus, one batch per update
+    assert recipe["status"] == "ok" and (recipe["first_step"], recipe["last_step"], recipe["timed_steps"]) == (0, 6, 4)
+    assert recipe["max_tokens"] == 4096 and recipe["gradient_accumulation_steps"] == 1
+    assert recipe["target_tokens_per_second"] > 0 and recipe["model_flops_per_second"] > 0
 
     for record in results["training"]:
         train, resume = record["runs"]["train"], record["runs"]["resume"]
@@ -176,7 +182,7 @@ def test_the_dry_run_runs_every_part_on_the_cpu_and_writes_the_results(tmp_path)
         assert record["report"]["validation"]["num_samples"] == 8
 
     summary = (out / "gpu_acceptance.md").read_text()
-    for heading in ("## Parts", "## CUDA tests", "## Benchmark", "## Training"):
+    for heading in ("## Parts", "## CUDA tests", "## Benchmark", "## The recipe", "## Training", "torch.profiler"):
         assert heading in summary
     assert summary in proc.stdout  # the end of the output is what a job's log shows last
 
@@ -240,11 +246,15 @@ def test_the_summary_of_a_gpu_run_names_the_machine_the_failures_and_the_targets
             },
             "peaks": {"card_dense_bf16": 989e12, "matmul_8192": 780e12},
             "rows": [
-                {"system": "ours-sdpa", "label": "ours (sdpa)", "train_filled_tokens_per_s": 400000.0,
-                 "train_filled_utilisation": 0.35, "vs_marian": {"train_filled_tokens_per_s": 1.4}},
-                {"system": "ours-sdpa-compiled", "label": "ours, compiled static cache (bf16 weights)",
-                 "greedy_tokens_per_s": 9000.0, "uncompiled_greedy_tokens_per_s": 3000.0, "compile_seconds": 41.0,
-                 "identical_rows": "64/64", "vs_marian": {}},
+                {"size": "base", "system": "ours-sdpa", "label": "ours (sdpa)", "train_filled_tokens_per_s": 400000.0,
+                 "train_filled_utilisation": 0.35, "vs_marian": {"train_filled_tokens_per_s": 1.4},
+                 "profile": {"wall_ms": 80.0, "kernel_ms": 60.0, "busy_ms": 60.0, "idle_fraction": 0.25,
+                             "kernels": 900, "kinds": {"matmul": {"ms": 30.0, "kernels": 200, "share": 0.5}},
+                             "top": [["sm90_xmma_gemm", 3.0]]}},
+                {"size": "base", "system": "ours-static-compiled",
+                 "label": "ours, compiled static cache (bf16 weights)", "greedy_tokens_per_s": 9000.0,
+                 "uncompiled_greedy_tokens_per_s": 3000.0, "compile_seconds": 41.0, "identical_rows": "64/64",
+                 "compiled_speedup": 3.0, "compiled_batch": 64, "vs_marian": {}},
             ],
             "targets": [
                 {"target": "training >= 1.3x MarianMTModel (sdpa) tokens/s", "value": 1.4, "passed": True},
@@ -253,7 +263,15 @@ def test_the_summary_of_a_gpu_run_names_the_machine_the_failures_and_the_targets
             "errors": {"ct2-bfloat16": "RuntimeError: benchmark_ctranslate2.py failed:\nlibcublas.so.12: not found"},
             "skipped": {},
         },
+        "recipe": {"status": "ok", "wall_seconds": 150.0, "first_step": 0, "last_step": 120, "warmup_steps": 20,
+                   "timed_steps": 100, "steps_per_second": 12.0, "target_tokens_per_second": 360000.0,
+                   "utilisation": 0.31, "max_tokens": 32768, "gradient_accumulation_steps": 1,
+                   "peak_memory_allocated_mb": 30720.0, "compiled_graphs": 1, "graph_breaks": 0},
         "training": [
+            {"size": "demo", "config": "ddp", "runs": {"train": {
+                "status": "ok", "wall_seconds": 30.0, "first_step": 0, "last_step": 100, "steps_per_second": 31.0,
+                "target_tokens_per_second": 20000.0, "peak_memory_allocated_mb": 512.0, "world_size": 1,
+                "distributed_type": "MULTI_GPU", "wrapped_model": "VanillaTransformerForConditionalGeneration"}}},
             {"size": "base", "config": "fsdp", "runs": {"train": {
                 "status": "ok", "wall_seconds": 30.0, "first_step": 0, "last_step": 150, "steps_per_second": 12.5,
                 "target_tokens_per_second": 110000.0, "peak_memory_allocated_mb": 6144.0, "world_size": 1,
@@ -268,7 +286,11 @@ def test_the_summary_of_a_gpu_run_names_the_machine_the_failures_and_the_targets
         "1 failed, 1 passed" in text and "- failed: `test_training::test_syncs[labels-only]`: AssertionError" in text
     )
     assert "dense bf16 peak 989 TFLOP/s (H200); measured matmul 8192^2 780 TFLOP/s" in text
-    assert "| ours (sdpa) | 400,000 (x1.40) | 35% |" in text
+    assert "| base ours (sdpa) | 400,000 (x1.40) | 35.0% |" in text
+    assert "| base ours (sdpa) | 80 | 60 | 25% | 900 | 30.0 (50%) |" in text  # the profile of one step
+    assert "12 steps/s, 360,000 target tok/s, 31.0% of the card's dense bf16 peak; --max_tokens 32768 x 1" in text
+    assert "- PASS: the recipe >= 85% of the benchmark's filled batch (ours (sdpa)): 0.90" in text
+    assert "- PASS: the demo >= 30 steps/s: 31.0" in text
     assert "9,000 greedy tok/s against 3,000 uncompiled" in text
     assert "- PASS: training >= 1.3x" in text and "- FAIL: training >= 40% of the dense bf16 peak: 0.35" in text
     assert "- error: ct2-bfloat16: libcublas.so.12: not found" in text

@@ -9,13 +9,15 @@ from datasets import Dataset
 from transformers import Seq2SeqTrainingArguments
 from transformers.trainer_pt_utils import get_length_grouped_indices
 
-from hf_vanilla_transformer import VanillaTransformerForConditionalGeneration
+from hf_vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
 from hf_vanilla_transformer.errors import InputError
 from hf_vanilla_transformer.training.batching import (
     LengthSortedSampler,
     SeededLengthGroupedSampler,
     TokenBatchSampler,
     accumulation_steps_for,
+    auto_max_tokens,
+    training_bytes_per_token,
 )
 from hf_vanilla_transformer.training.trainer import TranslationDataCollator, TranslationTrainer
 from tests.helpers import tiny_config, tiny_tokenizer
@@ -102,6 +104,83 @@ def test_every_process_gets_a_disjoint_equal_share_through_accelerate():
         assert sorted(map(tuple, update)) == sorted(map(tuple, whole[6 * k : 6 * k + 6]))
 
 
+def test_lengths_padded_to_a_multiple_stay_within_the_budget():
+    source, target = lengths()
+    sampler = TokenBatchSampler(source, target, 1024, seed=1, pad_to_multiple_of=8)
+    for batch in sampler:
+        padded = [8 * -(-int(side[batch].max()) // 8) for side in (source, target)]
+        assert len(batch) * max(padded) <= 1024
+    shapes = sampler.shapes()
+    assert shapes["target"].sum() == target.sum() and (shapes["padded_target"] % 8 == 0).all()
+    assert list(TokenBatchSampler(source, target, 1024, seed=1, pad_to_multiple_of=1)) == list(
+        TokenBatchSampler(source, target, 1024, seed=1)
+    )
+
+
+def saved_bytes_per_token(config) -> float:
+    """Bytes that autograd keeps for the backward pass per (source + target) token of a bf16 autocast training
+    step, measured on the CPU: the difference between two batch sizes, without the per-batch half-precision weights."""
+    model = VanillaTransformerForConditionalGeneration(config).train()
+
+    def saved(batch, length=24):
+        ids = torch.randint(4, config.vocab_size, (batch, length), generator=torch.Generator().manual_seed(0))
+        storages = {}
+
+        def keep(tensor):
+            storages[tensor.untyped_storage().data_ptr()] = tensor.untyped_storage().nbytes()
+            return tensor
+
+        with torch.autograd.graph.saved_tensors_hooks(keep, lambda tensor: tensor):
+            with torch.autocast("cpu", torch.bfloat16):
+                model(input_ids=ids, attention_mask=torch.ones_like(ids), labels=ids)
+        return sum(storages.values())
+
+    return (saved(8) - saved(4)) / (4 * 24)
+
+
+@pytest.mark.parametrize(
+    "sizes", [dict(d_model=64, ffn=256, layers=(2, 2)), dict(d_model=128, ffn=256, layers=(1, 3))]
+)
+def test_the_estimated_memory_per_token_covers_what_a_training_step_keeps(sizes):
+    config = VanillaTransformerConfig(
+        vocab_size=3000,
+        d_model=sizes["d_model"],
+        encoder_ffn_dim=sizes["ffn"],
+        decoder_ffn_dim=sizes["ffn"],
+        encoder_layers=sizes["layers"][0],
+        decoder_layers=sizes["layers"][1],
+        encoder_attention_heads=4,
+        decoder_attention_heads=4,
+        pad_token_id=0,
+        bos_token_id=1,
+        eos_token_id=2,
+        decoder_start_token_id=1,
+    )
+    measured = saved_bytes_per_token(config)
+    estimate = training_bytes_per_token(config)
+    # The estimate adds the loss's backward pass (12 more bytes per vocabulary entry) to what is kept.
+    assert measured <= estimate and estimate - 12 * config.vocab_size == pytest.approx(measured, rel=0.2)
+
+
+def test_auto_max_tokens_fills_the_free_memory_up_to_one_update():
+    base = VanillaTransformerConfig.from_paper("base", vocab_size=37000)
+    big = VanillaTransformerConfig.from_paper("big", vocab_size=37000)
+    gib = 2**30
+    # An 80 GB card holds the paper's whole update in one batch, at both sizes.
+    assert auto_max_tokens(78 * gib, base, 63_000_000, tokens_per_update=25000) == 32768
+    assert auto_max_tokens(78 * gib, big, 213_000_000, tokens_per_update=25000) == 32768
+    # Eight GPUs each take an eighth of the update: fairseq's 4,096 tokens per GPU.
+    assert auto_max_tokens(78 * gib, base, 63_000_000, tokens_per_update=25000 // 8) == 4096
+    # A 24 GB card: fewer tokens, a multiple of 64, within 80% of the memory left by the weights and optimizer.
+    tokens = auto_max_tokens(22 * gib, base, 63_000_000, tokens_per_update=25000)
+    assert 8192 < tokens < 32768 and tokens % 64 == 0
+    assert tokens * training_bytes_per_token(base) <= 0.8 * (22 * gib - 18 * 63_000_000)
+    assert auto_max_tokens(78 * gib, base, 63_000_000) > 32768  # no update to stop at
+    assert auto_max_tokens(22 * gib, base, 63_000_000, half_precision=False) < tokens  # float32 activations
+    with pytest.raises(InputError, match="--max_tokens auto: 1.0 GiB free on the device do not hold"):
+        auto_max_tokens(gib, big, 213_000_000)
+
+
 def test_a_pair_over_the_budget_and_too_few_pairs_are_named():
     with pytest.raises(InputError, match=r"--max_tokens 50: pair 2 alone has 60 source and 8 target tokens"):
         TokenBatchSampler([10, 60, 70], [8, 8, 8], 50)
@@ -165,3 +244,9 @@ def test_the_trainer_loads_token_batches_and_derives_the_accumulation(tmp_path):
     assert abs(tokens * trainer.args.gradient_accumulation_steps - 1000) <= tokens  # about 1,000 per update
     with pytest.raises(InputError, match="--tokens_per_update .* set --max_tokens"):
         tiny_trainer(tmp_path, tokens_per_update=1000)
+
+
+def test_max_tokens_auto_without_a_gpu_is_the_cpu_budget(tmp_path):
+    trainer = tiny_trainer(tmp_path, max_tokens="auto", tokens_per_update=1000)
+    trainer.get_train_dataloader()
+    assert trainer.max_tokens == 4096
