@@ -9,13 +9,13 @@ so), in this order (what the targets need first; the big size's compilations las
 1. environment: GPU, driver, CUDA, torch and the packages' versions, the commit (`scripts.gpu_environment`);
 2. benchmark: ours against MarianMTModel at the paper's base size in bf16 with a batch that fills the GPU, and the
    compiled static-cache decoding (`scripts.gpu_benchmark`);
-3. recipe: `train translation --paper_preset base --torch_compile True` (`--max_tokens auto`) on a synthetic corpus
-   of WMT-like lengths written by this run: steps/s, target tokens/s, model FLOP utilisation, memory, compilations;
+3. recipe: `train translation --paper_preset base` with its defaults (`--max_tokens auto`) on a synthetic corpus of
+   WMT-like lengths written by this run: steps/s, target tokens/s, model FLOP utilisation, memory;
 4. training: the demo through `accelerate launch` with the DDP configuration, started, trained, evaluated and saved,
    then resumed from its checkpoint: steps/s, target tokens/s and peak memory (`scripts.gpu_training`);
 5. tests: the suite's CUDA tests (`pytest -m cuda tests/gpu`);
-6. benchmark, big: the benchmark's training rows at the paper's big size (eager, then compiled), then the base
-   size's compiled row.
+6. benchmark, big: the benchmark's training row at the paper's big size (eager), then the compiled rows of the base
+   and big sizes.
 DIR gets gpu_acceptance.md (the summary), gpu_acceptance.json (every figure) and gpu_acceptance.log (every part's
 output), rewritten after each part: a part that fails, or the end of the time limit, loses no other part's results.
 Models, checkpoints and installed wheels go to a temporary folder. `--wheels FOLDER` first installs FOLDER's wheels
@@ -54,7 +54,7 @@ BUDGETS = {
     "wheels": (60, 120),
     "environment": (40, 120),
     "benchmark": (200, 600),
-    "recipe": (250, 300),
+    "recipe": (120, 300),
     "train": (50, 300),
     "resume": (40, 300),
     "tests": (90, 300),
@@ -64,7 +64,7 @@ BUDGETS = {
 # training step last (about a minute each on an H100 host; the recipe measures the compiled base model on its own
 # batches). The dry run leaves them out (minutes on a CPU), and the big size (the tiny size again).
 BENCHMARK = {
-    "gpu": (["base-ours", "base-marian", "decoding"], ["big-ours", "big-compiled", "base-compiled"]),
+    "gpu": (["base-ours", "base-marian", "decoding"], ["big-ours", "base-compiled", "big-compiled"]),
     "dry_run": (["base-ours", "base-marian", "decoding", "standard"], []),
 }
 # The training runs: the recipe's options for each model, and the steps of its first and resumed run. Every run also
@@ -82,12 +82,11 @@ DRY_RUN_TRAINING = {
     )
 }
 # The recipe's own throughput: the paper's base model with the recipe's defaults (on a GPU: --max_tokens auto,
-# --tokens_per_update 25000) compiled, on SYNTHETIC pairs of WMT-like lengths, timed from step RECIPE_STEPS[0] to
-# RECIPE_STEPS[1]. The dry run trains the tiny model, uncompiled (a compilation takes minutes on a CPU).
+# --tokens_per_update 25000, eager), on SYNTHETIC pairs of WMT-like lengths, timed from step RECIPE["gpu"]["steps"][0]
+# to [1]. Compiled with the recipe's varying batch shapes, the base model took over three minutes to compile on an H100
+# host: the compiled step is measured by the benchmark, on its fixed batch. The dry run trains the tiny model.
 RECIPE = {
-    "gpu": dict(
-        options=["--paper_preset", "base", "--torch_compile", "True", "--vocab_size", "37000"], steps=(20, 120)
-    ),
+    "gpu": dict(options=["--paper_preset", "base", "--vocab_size", "37000"], steps=(20, 120)),
     "dry_run": dict(
         options=[*TINY_MODEL, "--vocab_size", "300", "--max_tokens", "auto", "--tokens_per_update", "2000"],
         steps=(2, 6),
@@ -337,7 +336,7 @@ def write_synthetic_corpus(prefix: Path, pairs: int, words: int, seed: int = 0) 
 
 
 def recipe(run: Run) -> None:
-    """`train translation --paper_preset base`, its defaults, compiled, on a synthetic corpus, through the probe."""
+    """`train translation --paper_preset base` with its defaults on a synthetic corpus, through the probe."""
     mode = "dry_run" if run.dry_run else "gpu"
     corpus = run.work_dir / "synthetic" / "train"
     corpus.parent.mkdir(exist_ok=True)
@@ -556,7 +555,7 @@ def profile_lines(profiles: list[tuple[str, dict]]) -> list[str]:
 
 
 def recipe_section(record: dict, benchmark: dict, mode: str) -> list[str]:
-    lines = ["", "## The recipe: train translation --paper_preset base, compiled, synthetic WMT-like corpus", ""]
+    lines = ["", "## The recipe: train translation --paper_preset base, its defaults, synthetic WMT-like corpus", ""]
     if not record:
         return lines + ["not run"]
     mb = record.get("peak_memory_allocated_mb")
@@ -570,10 +569,10 @@ def recipe_section(record: dict, benchmark: dict, mode: str) -> list[str]:
         f"peak {figure(mb / 1024 if mb else None)} GiB; {record.get('compiled_graphs', '-')} compiled graph(s), "
         f"{record.get('graph_breaks', '-')} graph break(s); {figure(record.get('wall_seconds'))} s in all."
     )
-    best = max(
+    best = next(  # the same model the same way: ours, eager, as the recipe's defaults train it
         (row for row in benchmark.get("rows", []) if row.get("size") == "base" and row.get("train_filled_tokens_per_s")
-         and row["system"] in ("ours-sdpa", "ours-compiled")),
-        key=lambda row: row["train_filled_tokens_per_s"], default=None,
+         and row["system"] == "ours-sdpa"),
+        None,
     )  # fmt: skip
     if best and record.get("target_tokens_per_second"):
         ratio = record["target_tokens_per_second"] / best["train_filled_tokens_per_s"]
