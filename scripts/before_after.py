@@ -40,6 +40,9 @@ def model_room_at(revision: str, folder: Path):
     for path in listing:
         text = subprocess.run(["git", "show", f"{revision}:{path}"], capture_output=True, text=True, check=True).stdout
         (package / Path(path).name).write_text(text)
+    # The code files alone: the room's own __init__ registers its classes with transformers, which would make the
+    # revision's classes this process's Auto classes.
+    (package / "__init__.py").write_text("")
     spec = importlib.util.spec_from_file_location(
         name, package / "__init__.py", submodule_search_locations=[str(package)]
     )

@@ -107,6 +107,11 @@ class TranslationTrainer(Seq2SeqTrainer):
         if tokens_per_update and not max_tokens:
             raise InputError("--tokens_per_update derives gradient accumulation for token batches: set --max_tokens.")
         self.max_tokens, self.tokens_per_update = max_tokens, tokens_per_update
+        # A checkpoint holds a tied output projection as the embedding alone; resuming, Trainer ties the keys that
+        # `_keys_to_ignore_on_save` names instead of reporting them missing.
+        tied = set(getattr(self.model, "all_tied_weights_keys", None) or ())
+        if tied:
+            self.model._keys_to_ignore_on_save = set(self.model._keys_to_ignore_on_save or ()) | tied
         self._update_tokens = []  # target tokens of each update since the last log
         if self.processing_class is not None and hasattr(self.processing_class, "pad_token_id"):
             check_tokenizer_fits_model(self.processing_class, self.model.config)

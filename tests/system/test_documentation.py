@@ -9,6 +9,7 @@ as placeholders: `COMMIT`, and the PyTorch tutorial's `tutorial` model with its 
 
 import math
 import re
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -159,8 +160,13 @@ def test_every_python_snippet_in_the_documentation_runs_as_written(code, world, 
         (world / "keys.txt").write_text("a-key\n")
     monkeypatch.chdir(world)
     given = dict(COMMIT=COMMIT, tutorial=tutorial_model(), PAD_IDX=1, BOS_IDX=2, EOS_IDX=3)
-    with one_thread():
-        exec(compile(code, "snippet", "exec"), {"__name__": "snippet", **given})
+    try:
+        with one_thread():
+            exec(compile(code, "snippet", "exec"), {"__name__": "snippet", **given})
+    finally:
+        ray = sys.modules.get("ray")
+        if ray is not None and ray.is_initialized():  # a Ray Data snippet starts a local Ray of its own
+            ray.shutdown()
 
 
 def test_the_snippets_of_the_readme_and_of_docs_are_found():

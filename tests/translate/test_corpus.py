@@ -34,10 +34,11 @@ LINES = [*GERMAN, "", f"{GERMAN[0]} {GERMAN[1]}", *GERMAN[2:], GERMAN[0]]  # a b
 @pytest.fixture(scope="module")
 def local_ray(tmp_path_factory):
     # Workers inherit the environment of ray.init: the CTranslate2 conversion cache is the test's.
-    os.environ["HF_VANILLA_TRANSFORMER_CACHE"] = str(tmp_path_factory.mktemp("cache"))
-    ray.init(num_cpus=2, include_dashboard=False, object_store_memory=100 << 20, log_to_driver=False)
-    yield
-    ray.shutdown()
+    with pytest.MonkeyPatch.context() as environment:
+        environment.setenv("HF_VANILLA_TRANSFORMER_CACHE", str(tmp_path_factory.mktemp("cache")))
+        ray.init(num_cpus=2, include_dashboard=False, object_store_memory=100 << 20, log_to_driver=False)
+        yield
+        ray.shutdown()
 
 
 @pytest.fixture(scope="module")
