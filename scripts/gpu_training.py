@@ -6,13 +6,14 @@ would be (`accelerate launch ... -m scripts.gpu_training`), it also writes stead
 The probe times the steps of this run after its first K (to the end of its last step: the final checkpoint, the
 evaluation and the saving come after), counts the target tokens those steps trained on and their model FLOPs (the
 matmuls of the real tokens, `scripts.benchmark.pair_flops`, x3 for training) as running sums on the device (no host
-synchronisation), and reads the peak GPU memory; under `--torch_compile`, how many graphs torch compiled and how many
-graph breaks it met. Every process's tokens and FLOPs are summed and its memory maxed. The utilisation is against the
-card's dense bf16 peak (`scripts.gpu_benchmark.DENSE_BF16_TFLOPS`) times the process count.
+synchronisation), and reads the peak GPU memory and the allocator's work; under `--torch_compile`, how many graphs
+torch compiled and how many graph breaks it met. Every process's tokens and FLOPs are summed and its memory maxed. The
+utilisation is against the card's dense bf16 peak (`scripts.gpu_benchmark.DENSE_BF16_TFLOPS`) times the process count.
 """
 
 import argparse
 import json
+import os
 import time
 from pathlib import Path
 
@@ -98,6 +99,7 @@ class Probe(TrainerCallback):
             **compilations(),
             "peak_memory_allocated_mb": peaks[0].item() / 2**20,
             "peak_memory_reserved_mb": peaks[1].item() / 2**20,
+            **allocator_figures(),
             "world_size": args.world_size,
             "distributed_type": getattr(accelerator.distributed_type, "value", str(accelerator.distributed_type)),
             "mixed_precision": accelerator.mixed_precision,
@@ -105,6 +107,19 @@ class Probe(TrainerCallback):
             "device": str(args.device),
         }
         self.path.write_text(json.dumps(figures, indent=2) + "\n")
+
+
+def allocator_figures() -> dict:
+    """The CUDA caching allocator's setting and its work over the run (this process): segments it asked CUDA for, and
+    the times it found no free block and released its cache to retry (each a device synchronisation)."""
+    if not torch.cuda.is_available():
+        return {}
+    stats = torch.cuda.memory_stats()
+    return {
+        "allocator_settings": os.environ.get("PYTORCH_CUDA_ALLOC_CONF") or os.environ.get("PYTORCH_ALLOC_CONF"),
+        "device_allocations": stats.get("num_device_alloc"),
+        "allocation_retries": stats.get("num_alloc_retries"),
+    }
 
 
 def compilations() -> dict:
