@@ -558,7 +558,7 @@ def recipe_section(record: dict, benchmark: dict, mode: str) -> list[str]:
     lines = ["", "## The recipe: train translation --paper_preset base, its defaults, synthetic WMT-like corpus", ""]
     if not record:
         return lines + ["not run"]
-    mb = record.get("peak_memory_allocated_mb")
+    mb, reserved = record.get("peak_memory_allocated_mb"), record.get("peak_memory_reserved_mb")
     utilisation = record.get("utilisation")
     lines.append(
         f"{record['status']}: steps {record.get('first_step', '-')}->{record.get('last_step', '-')}, timed "
@@ -566,8 +566,11 @@ def recipe_section(record: dict, benchmark: dict, mode: str) -> list[str]:
         f"{figure(record.get('steps_per_second'))} steps/s, {figure(record.get('target_tokens_per_second'))} target "
         f"tok/s, {f'{100 * utilisation:.1f}%' if utilisation else '-'} of the card's dense bf16 peak; --max_tokens "
         f"{record.get('max_tokens', '-')} x {record.get('gradient_accumulation_steps', '-')} accumulation step(s); "
-        f"peak {figure(mb / 1024 if mb else None)} GiB; {record.get('compiled_graphs', '-')} compiled graph(s), "
-        f"{record.get('graph_breaks', '-')} graph break(s); {figure(record.get('wall_seconds'))} s in all."
+        f"peak {figure(mb / 1024 if mb else None)} GiB (reserved {figure(reserved / 1024 if reserved else None)} GiB; "
+        f"allocator {record.get('allocator_settings') or 'default'}: {record.get('device_allocations', '-')} device "
+        f"allocations, {record.get('allocation_retries', '-')} retries); "
+        f"{record.get('compiled_graphs', '-')} compiled graph(s), {record.get('graph_breaks', '-')} graph break(s); "
+        f"{figure(record.get('wall_seconds'))} s in all."
     )
     best = next(  # the same model the same way: ours, eager, as the recipe's defaults train it
         (row for row in benchmark.get("rows", []) if row.get("size") == "base" and row.get("train_filled_tokens_per_s")
