@@ -28,7 +28,7 @@ from ..model.configuration_vanilla_transformer import (
     target_positions,
 )
 from ..model.pipeline_translation import check_tokenizer_fits_model, max_source_length
-from .decoding import check_settings, decode
+from .decoding import check_settings, decode, static_cache
 
 
 logger = logging.get_logger(__name__)
@@ -88,6 +88,7 @@ class TorchBackend:
         self.device = next(model.parameters()).device
         self.static_cache = static_cache
         self.compile_config = CompileConfig(fullgraph=True) if static_cache and self.device.type == "cuda" else None
+        self.static_caches = {}  # by batch shape, reused: the compiled step's CUDA graph reads them in place
         eos = generation_config.eos_token_id
         self.eos_ids = set(token_ids(eos))
         self.input_limit = max_source_length(tokenizer, model.config)
@@ -112,10 +113,14 @@ class TorchBackend:
         `shape` (static cache): the (rows, source length, target positions) of the batch decoded, filled up with
         copies of the first source limited to one token, whose results are dropped."""
         pad, count = self.tokenizer.pad_token_id, len(sources)
-        length, cache_length = max(map(len, sources)), None
+        length, cache = max(map(len, sources)), None
         if shape is not None:
-            rows, length, cache_length = shape
+            rows, length, positions = shape
             sources, limits = sources + [sources[0]] * (rows - count), limits + [1] * (rows - count)
+            if shape not in self.static_caches:
+                self.static_caches[shape] = static_cache(self.model.config, positions, length)
+            cache = self.static_caches[shape]
+            cache.reset()
         input_ids = torch.tensor([s + [pad] * (length - len(s)) for s in sources], device=self.device)
         attention_mask = torch.tensor([[1] * len(s) + [0] * (length - len(s)) for s in sources], device=self.device)
         decoded = decode(
@@ -126,7 +131,7 @@ class TorchBackend:
             self.generation_config,
             self.nbest,
             seed,
-            static_cache_length=cache_length,
+            static_cache=cache,
             compile_config=self.compile_config,
         )[:count]
         return [

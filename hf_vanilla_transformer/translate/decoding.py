@@ -23,13 +23,14 @@ classes), `min_new_tokens`/`min_length` (no end token before), `forced_bos_token
 `forced_eos_token_id` (the end token at the sentence's limit); `renormalize_logits` normalises after them. Any other
 setting of a generation config is refused by `check_settings` before decoding, naming it.
 
-Static cache (`static_cache_length`). The key/value cache is transformers' `StaticCache`, of fixed size: the
-self-attention's for `static_cache_length` target positions, the cross-attention's for the padded source. Its shapes
-do not change from step to step, so the decoding step can be compiled once per batch shape (`compile_config`, the
-model's `get_compiled_call`, as `generate()` does; the first step, which projects the source's keys and values, runs
-as it is). Rows then never leave the batch: a sentence that is done stops counting, but its rows are computed until
-the batch ends, and beam search moves the self-attention cache's rows in place (the compiled step reads the cache at
-fixed addresses). The results are the dynamic cache's.
+Static cache (`static_cache`, from `static_cache`). The key/value cache is transformers' `StaticCache`, of fixed size:
+the self-attention's for a number of target positions, the cross-attention's for the padded source. Its shapes do not
+change from step to step, so the decoding step can be compiled once per batch shape (`compile_config`, the model's
+`get_compiled_call`, as `generate()` does; the first step, which projects the source's keys and values, runs as it
+is). Rows then never leave the batch: a sentence that is done stops counting, but its rows are computed until the
+batch ends, and beam search moves the self-attention cache's rows in place: the compiled step reads the cache at
+fixed addresses (a CUDA graph is recorded again where they change, hence one cache per shape, reset for each batch).
+The results are the dynamic cache's.
 """
 
 import torch
@@ -112,13 +113,13 @@ def decode(
     generation_config: GenerationConfig,
     nbest: int,
     seed: int = 0,
-    static_cache_length: int | None = None,
+    static_cache: EncoderDecoderCache | None = None,
     compile_config: CompileConfig | None = None,
 ):
     """Per source row, its `nbest` hypotheses as (generated ids, their log-probabilities), best first, the end token
-    included where the model ended them; sentence i stops after `limits[i]` new tokens. With `static_cache_length`
-    (at least `max(limits)`), a static cache of that many target positions, the step compiled with `compile_config`
-    where given (see the module's docstring)."""
+    included where the model ended them; sentence i stops after `limits[i]` new tokens. With `static_cache` (empty,
+    of `max(limits)` target positions or more), the step compiled with `compile_config` where given (see the
+    module's docstring)."""
     config, device = generation_config, input_ids.device
     search = _Search(
         model,
@@ -127,8 +128,8 @@ def decode(
         1 if config.do_sample else config.num_beams or 1,
         config,
     )
-    if static_cache_length is not None:
-        search.use_static_cache(static_cache_length, compile_config)
+    if static_cache is not None:
+        search.use_static_cache(static_cache, compile_config)
     eos = torch.tensor(token_ids(config.eos_token_id), device=device)
     limits = torch.tensor(limits, device=device)
     start = torch.full((input_ids.shape[0],), config.decoder_start_token_id, device=device)
@@ -136,6 +137,15 @@ def decode(
         generator = torch.Generator(device).manual_seed(seed) if config.do_sample else None
         return _greedy_or_sample(search, start, eos, limits, config, generator)
     return _beam_search(search, start, eos, limits, config, nbest)
+
+
+def static_cache(config, target_positions: int, source_length: int) -> EncoderDecoderCache:
+    """An empty static cache for a model of `config`: `target_positions` self-attention positions, `source_length`
+    cross-attention ones (the rows are set by the first step)."""
+    return EncoderDecoderCache(
+        StaticCache(config=config, max_cache_len=target_positions),
+        StaticCache(config=config, max_cache_len=source_length),
+    )
 
 
 def _rows(outputs, select):
@@ -169,13 +179,9 @@ class _Search:
         self.min_new_tokens = config.min_new_tokens or max((config.min_length or 0) - 1, 0)
         self.live = None  # static cache: the cache rows of the rows still decoding
 
-    def use_static_cache(self, length: int, compile_config: CompileConfig | None) -> None:
-        rows, source_length = self.attention_mask.shape
-        self.cache = EncoderDecoderCache(
-            StaticCache(config=self.model.config, max_cache_len=length),
-            StaticCache(config=self.model.config, max_cache_len=source_length),
-        )
-        if getattr(self.encoder_outputs, "padding_mask", True) is None:  # a batch without padding: one graph still
+    def use_static_cache(self, cache: EncoderDecoderCache, compile_config: CompileConfig | None) -> None:
+        rows, self.cache = self.attention_mask.shape[0], cache
+        if getattr(self.encoder_outputs, "padding_mask", True) is None:  # one graph, with or without padding
             self.encoder_outputs.padding_mask = self.attention_mask
         self.live = torch.arange(rows, device=self.attention_mask.device)
         self.tokens = torch.zeros(rows, dtype=torch.long, device=self.attention_mask.device)
