@@ -69,6 +69,18 @@ def test_the_static_cache_translates_as_the_dynamic_cache(model_dir, lines, deco
     same_translations(dynamic.variant(num_beams=5).translate(lines[:9]), variant.translate(lines[:9]))
 
 
+def test_any_seq2seq_model_translates_through_the_static_cache_as_through_the_dynamic_one(model_dir, lines):
+    from transformers import AutoTokenizer
+
+    from hf_vanilla_transformer import VanillaTransformerForConditionalGeneration
+    from hf_vanilla_transformer.interop.marian import to_marian
+
+    marian = to_marian(VanillaTransformerForConditionalGeneration.from_pretrained(model_dir)).eval()
+    options = dict(tokenizer=AutoTokenizer.from_pretrained(model_dir), device="cpu", max_tokens=300, num_beams=3)
+    dynamic = load_translator(marian, compile="never", **options)
+    same_translations(dynamic.translate(lines), load_translator(marian, compile="always", **options).translate(lines))
+
+
 def test_batch_shapes_take_one_value_per_source_length_bucket(model_dir, lines, monkeypatch):
     shapes, caches = [], set()
     decode = backends.decode
