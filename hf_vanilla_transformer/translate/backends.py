@@ -111,12 +111,12 @@ class TorchBackend:
     ) -> list[list[Hypothesis]]:
         """The `nbest` best hypotheses of each source (token ids with EOS), at most `limits[i]` new tokens each.
         `shape` (static cache): the (rows, source length, target positions) of the batch decoded, filled up with
-        copies of the first source limited to one token, whose results are dropped."""
+        copies of the first source."""
         pad, count = self.tokenizer.pad_token_id, len(sources)
         length, cache = max(map(len, sources)), None
         if shape is not None:
             rows, length, positions = shape
-            sources, limits = sources + [sources[0]] * (rows - count), limits + [1] * (rows - count)
+            sources = sources + [sources[0]] * (rows - count)
             if shape not in self.static_caches:
                 self.static_caches[shape] = static_cache(self.model.config, positions, length)
             cache = self.static_caches[shape]
@@ -133,7 +133,7 @@ class TorchBackend:
             seed,
             static_cache=cache,
             compile_config=self.compile_config,
-        )[:count]
+        )
         return [
             [
                 Hypothesis(ids, token_scores if scores else [], not ids or ids[-1] not in self.eos_ids)

@@ -119,7 +119,7 @@ def decode(
     """Per source row, its `nbest` hypotheses as (generated ids, their log-probabilities), best first, the end token
     included where the model ended them; sentence i stops after `limits[i]` new tokens. With `static_cache` (empty,
     of `max(limits)` target positions or more), the step compiled with `compile_config` where given (see the
-    module's docstring)."""
+    module's docstring); source rows after the first `len(limits)` then fill the batch up: computed, never decoded."""
     config, device = generation_config, input_ids.device
     search = _Search(
         model,
@@ -129,10 +129,10 @@ def decode(
         config,
     )
     if static_cache is not None:
-        search.use_static_cache(static_cache, compile_config)
+        search.use_static_cache(static_cache, compile_config, len(limits))
     eos = torch.tensor(token_ids(config.eos_token_id), device=device)
     limits = torch.tensor(limits, device=device)
-    start = torch.full((input_ids.shape[0],), config.decoder_start_token_id, device=device)
+    start = torch.full((len(limits),), config.decoder_start_token_id, device=device)
     if search.num_beams == 1:
         generator = torch.Generator(device).manual_seed(seed) if config.do_sample else None
         return _greedy_or_sample(search, start, eos, limits, config, generator)
@@ -179,12 +179,14 @@ class _Search:
         self.min_new_tokens = config.min_new_tokens or max((config.min_length or 0) - 1, 0)
         self.live = None  # static cache: the cache rows of the rows still decoding
 
-    def use_static_cache(self, cache: EncoderDecoderCache, compile_config: CompileConfig | None) -> None:
-        rows, self.cache = self.attention_mask.shape[0], cache
+    def use_static_cache(self, cache: EncoderDecoderCache, compile_config: CompileConfig | None, sentences: int):
+        """Decode through `cache`, the first `sentences` sentences (the other rows fill the batch up)."""
+        rows, device, self.cache = self.attention_mask.shape[0], self.attention_mask.device, cache
         if getattr(self.encoder_outputs, "padding_mask", True) is None:  # one graph, with or without padding
             self.encoder_outputs.padding_mask = self.attention_mask
-        self.live = torch.arange(rows, device=self.attention_mask.device)
-        self.tokens = torch.zeros(rows, dtype=torch.long, device=self.attention_mask.device)
+        self.sentences = self.sentences[:sentences]
+        self.live = torch.arange(sentences * self.num_beams, device=device)
+        self.tokens = torch.zeros(rows, dtype=torch.long, device=device)
         self.step = self.model.get_compiled_call(compile_config) if compile_config is not None else self.model
         self.first_step = True
 

@@ -54,7 +54,11 @@ def same_translations(expected, actual):
 
 @pytest.mark.parametrize(
     "decoding",
-    [dict(), dict(num_beams=4, nbest=3, length_penalty=0.6), dict(num_beams=3, early_stopping=False)],
+    [
+        dict(),
+        dict(num_beams=4, nbest=3, length_penalty=0.6),
+        dict(num_beams=3, early_stopping=False),
+    ],
     ids=["greedy", "beam-nbest", "beam-no-early-stopping"],
 )
 def test_the_static_cache_translates_as_the_dynamic_cache(model_dir, lines, decoding):
@@ -67,6 +71,19 @@ def test_the_static_cache_translates_as_the_dynamic_cache(model_dir, lines, deco
     variant = static.variant(num_beams=5)  # a variant keeps the engine
     assert variant.backend.static_cache
     same_translations(dynamic.variant(num_beams=5).translate(lines[:9]), variant.translate(lines[:9]))
+
+
+def test_a_sampled_batch_filled_up_draws_as_the_batch_alone(model_dir, lines):
+    """Sampling seeds each batch, and the static cache cuts other batches (by padded length): on the same batch, the
+    same draws, the filling rows drawing nothing."""
+    dynamic = load_translator(model_dir, device="cpu", compile="never", do_sample=True, top_k=20)
+    static = load_translator(model_dir, device="cpu", compile="always", do_sample=True, top_k=20, batch_size=16)
+    sources = [ids for line in static.encode(lines[:9]) for ids in line.ids]
+    limits = [static.limit(len(s)) for s in sources]
+    expected = dynamic.backend.generate(sources, limits, seed=5)
+    actual = static.backend.generate(sources, limits, seed=5, shape=static.static_shape(sources))
+    assert static.static_shape(sources)[0] == 16 > len(sources)
+    assert [[h.token_ids for h in hs] for hs in actual] == [[h.token_ids for h in hs] for hs in expected]
 
 
 def test_any_seq2seq_model_translates_through_the_static_cache_as_through_the_dynamic_one(model_dir, lines):
