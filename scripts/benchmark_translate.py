@@ -4,20 +4,27 @@ its int8 and CTranslate2 engines give up.
 
     python -m scripts.benchmark_translate --model outputs/demo-de-en            # 5,000 lines, every system
     python -m scripts.benchmark_translate --model DIR --lines 1000 --systems pipeline translate
+    python -m scripts.benchmark_translate --model DIR --device cuda --systems translate translate-static  # a GPU
 
 The German side of the bundled test split, repeated to --lines lines, is translated by each system in a fresh process
 (after an untimed warm-up on its first 64 lines; with --repeats, in rotating order, the median reported) with the
 model's own decoding settings (beam 4, length penalty 0.6 for this package's trained models). Systems:
 - pipeline: a plain loop over `pipeline("translation")`, 32 lines per call in file order, `batch_size=32`;
 - pipeline-marian: the same loop with the same model as a MarianMTModel (`interop.marian.to_marian`, same function);
-- translate: `translate_file` (what the command runs), PyTorch float32, default batching, lines split into sentences;
+- translate: `translate_file` (what the command runs), PyTorch float32 (--dtype), default batching, lines split into
+  sentences, the dynamic cache (`--compile never`);
+- translate-static: the same through the static cache (`--compile always`), its decoding step compiled on a GPU (not
+  on a CPU). Its warm-up is a whole pass over the input, timed (first_pass_*: compiling every batch shape it meets), so
+  that the timed pass runs compiled throughout; compile_seconds is the first pass less the timed one;
 - translate-whole-lines: the same with `--no-split_sentences` (each line one sentence, as the pipeline takes it);
 - translate-2proc: the same in two processes of one thread each (`accelerate launch`, gloo);
 - translate-int8: `--int8`; translate-ct2 / translate-ct2-int8: `--backend ctranslate2`, float32 / int8.
+--device cuda runs the translate systems on a GPU (int8 excepted) and the pipeline loops there too.
 Reported: sentences per second of the timed translation (model loading excluded), by the wall clock and by the
 processes' CPU time (on a shared machine, other users stretch the first but hardly the second; with one thread per
 process the two agree on an idle machine), the speed-up over the pipeline loop, the lines identical to its output,
-and BLEU on the test split (the first 1,000 lines) with its change against float32 PyTorch.
+the lines identical to translate's, and BLEU on the test split (the first 1,000 lines) with its change against
+translate (float32 PyTorch). The table is followed by the results as one line of JSON.
 """
 
 import argparse
@@ -38,6 +45,7 @@ SYSTEMS = {
     "pipeline": "pipeline loop (32 lines per call, file order)",
     "pipeline-marian": "pipeline loop, MarianMTModel",
     "translate": "translate, PyTorch float32",
+    "translate-static": "translate --compile always",
     "translate-whole-lines": "translate --no-split_sentences",
     "translate-2proc": "translate, 2 processes x 1 thread",
     "translate-int8": "translate --int8",
@@ -48,9 +56,10 @@ REFERENCE, BASELINE = "translate", "pipeline"  # BLEU changes are against the fi
 WARM_UP = 64
 
 
-def run_system(system: str, model: str, source: Path, output: Path) -> dict:
+def run_system(system: str, model: str, source: Path, output: Path, device: str = "cpu", dtype="float32") -> dict:
     """Translate `source` into `output` with `system` (in this process); returns the wall-clock and CPU seconds of
-    the timed run (CPU: this process's, all its threads; under several processes, the slowest one's)."""
+    the timed run (CPU: this process's, all its threads; under several processes, the slowest one's), and for
+    translate-static those of its first pass."""
 
     lines = source.read_text(encoding="utf-8").splitlines()
     if system.startswith("pipeline"):
@@ -63,7 +72,7 @@ def run_system(system: str, model: str, source: Path, output: Path) -> dict:
         loaded = AutoModelForSeq2SeqLM.from_pretrained(model).eval()
         if system == "pipeline-marian":
             loaded = to_marian(loaded)
-        translate = pipeline("translation", model=loaded, tokenizer=tokenizer, device="cpu")
+        translate = pipeline("translation", model=loaded, tokenizer=tokenizer, device=device)
 
         def loop(batch_lines):
             texts = []
@@ -86,12 +95,18 @@ def run_system(system: str, model: str, source: Path, output: Path) -> dict:
         backend=backend,
         int8=system.endswith("int8") and backend == "torch",
         compute_type="int8" if system.endswith("int8") and backend == "ctranslate2" else "default",
-        device="cpu",
+        device=device,
+        dtype=dtype if backend == "torch" and not system.endswith("int8") else "float32",
+        compile="always" if system == "translate-static" else "never",
     )
-    list(translate_lines(lines[:WARM_UP], translator))
+    first_pass = {}
+    start = time.perf_counter(), time.process_time()
+    list(translate_lines(lines if system == "translate-static" else lines[:WARM_UP], translator))
+    if system == "translate-static":
+        first_pass = {f"first_pass_{clock}": seconds for clock, seconds in _elapsed(start).items()}
     start = time.perf_counter(), time.process_time()
     translate_file([str(source)], str(output), translator, quiet=True)
-    return _elapsed(start)
+    return {**_elapsed(start), **first_pass}
 
 
 def _elapsed(start: tuple[float, float]) -> dict:
@@ -103,10 +118,10 @@ def _elapsed(start: tuple[float, float]) -> dict:
     return {"wall": seconds[0].item(), "cpu": seconds[1].item()}
 
 
-def measure(system: str, model: str, source: Path, output: Path, threads: int | None) -> dict:
+def measure(system: str, model: str, source: Path, output: Path, threads: int | None, device: str, dtype: str) -> dict:
     """Run `system` in a fresh process (with `threads` threads); returns its timed seconds (wall, cpu)."""
     command = [sys.executable, __file__, "--model", model, "--run", system, "--source", str(source)]
-    command += ["--output", str(output)]
+    command += ["--output", str(output), "--device", device, "--dtype", dtype]
     env = dict(os.environ, **({"OMP_NUM_THREADS": str(threads)} if threads else {}))
     if system == "translate-2proc":
         launch = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2"]
@@ -133,13 +148,17 @@ def main(argv=None):
     parser.add_argument("--systems", nargs="+", default=list(SYSTEMS), choices=list(SYSTEMS))
     parser.add_argument("--repeats", type=int, default=1, help="measurements per system (median reported)")
     parser.add_argument("--threads", type=int, help="threads per process (default: PyTorch's; 2proc: 1 each)")
+    parser.add_argument("--device", default="cpu", help="cpu, or cuda for the PyTorch systems on a GPU")
+    parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"), help="PyTorch's")
     parser.add_argument("--output_json", help="also write the results here")
     parser.add_argument("--run", choices=list(SYSTEMS), help=argparse.SUPPRESS)  # one system, in this process
     parser.add_argument("--source", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--output", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.device != "cpu" and {"translate-2proc", "translate-int8"} & set(args.systems):
+        parser.error("--device cuda: translate-2proc and translate-int8 are CPU systems; leave them out (--systems)")
     if args.run:
-        seconds = run_system(args.run, args.model, args.source, args.output)
+        seconds = run_system(args.run, args.model, args.source, args.output, args.device, args.dtype)
         if int(os.environ.get("RANK", "0")) == 0:
             print(json.dumps(seconds))
         return None
@@ -149,6 +168,7 @@ def main(argv=None):
     references = [pair["en"] for pair in pairs]
     lines = [sources[i % len(sources)] for i in range(args.lines)]
     results = dict(cpu=cpu_model(), cpu_count=os.cpu_count(), threads=args.threads, lines=args.lines, model=args.model)
+    results.update(device=_device_name(args.device), dtype=args.dtype)
     results["load_average_before"] = os.getloadavg()[0]
     results["rows"] = {}
     with tempfile.TemporaryDirectory() as work:
@@ -158,7 +178,9 @@ def main(argv=None):
         for repeat in range(args.repeats):  # the order rotates, so that a change in the machine's load spreads out
             for system in args.systems[repeat:] + args.systems[:repeat]:
                 output = Path(work) / f"{system}.en"
-                seconds[system].append(measure(system, args.model, source, output, args.threads))
+                seconds[system].append(
+                    measure(system, args.model, source, output, args.threads, args.device, args.dtype)
+                )
                 outputs.setdefault(system, output.read_text(encoding="utf-8").splitlines())
                 print(f"{system}: {seconds[system][-1]}", file=sys.stderr)
         for system, runs in seconds.items():
@@ -166,6 +188,10 @@ def main(argv=None):
             for clock in ("wall", "cpu"):
                 row[f"{clock}_seconds"] = statistics.median(run[clock] for run in runs)
                 row[f"sentences_per_{clock}_s"] = round(args.lines / row[f"{clock}_seconds"], 1)
+            if "first_pass_wall" in runs[0]:
+                row["first_pass_wall_seconds"] = statistics.median(run["first_pass_wall"] for run in runs)
+                row["compile_seconds"] = round(row["first_pass_wall_seconds"] - row["wall_seconds"], 1)
+                row["sentences_per_first_pass_wall_s"] = round(args.lines / row["first_pass_wall_seconds"], 1)
     for system, row in results["rows"].items():
         texts = outputs[system]
         row["bleu"] = round(bleu(texts[: len(references)], references[: len(texts)]), 2)
@@ -176,12 +202,26 @@ def main(argv=None):
                 )
             row["identical_to_pipeline"] = sum(a == b for a, b in zip(texts, outputs[BASELINE]))
     if REFERENCE in results["rows"]:
-        for row in results["rows"].values():
-            row["bleu_change"] = round(row["bleu"] - results["rows"][REFERENCE]["bleu"], 2)
+        reference = results["rows"][REFERENCE]
+        for system, row in results["rows"].items():
+            row["bleu_change"] = round(row["bleu"] - reference["bleu"], 2)
+            row["identical_to_translate"] = sum(a == b for a, b in zip(outputs[system], outputs[REFERENCE]))
+            row["wall_speedup_over_translate"] = round(reference["wall_seconds"] / row["wall_seconds"], 2)
+            if "first_pass_wall_seconds" in row:  # compilation included
+                row["first_pass_speedup_over_translate"] = round(
+                    reference["wall_seconds"] / row["first_pass_wall_seconds"], 2
+                )
     print(format_table(results))
+    print(json.dumps(results))
     if args.output_json:
         Path(args.output_json).write_text(json.dumps(results, indent=2) + "\n")
     return results
+
+
+def _device_name(device: str) -> str:
+    import torch
+
+    return torch.cuda.get_device_name(torch.device(device)) if torch.device(device).type == "cuda" else "cpu"
 
 
 def _repeats(results: dict) -> int:
@@ -192,7 +232,8 @@ def format_table(results: dict) -> str:
     """Markdown: sentences/s by wall clock and by the processes' CPU time (which another user of a shared machine
     cannot stretch), speed-ups over the pipeline loop, identical lines and BLEU."""
     out = [
-        f"{results['lines']} lines; {results['cpu']}, {results['cpu_count']} CPUs, {results['threads'] or 'default'} "
+        f"{results['lines']} lines; {results['device']}, {results['dtype']}; "
+        f"{results['cpu']}, {results['cpu_count']} CPUs, {results['threads'] or 'default'} "
         f"thread(s) per process; median of {_repeats(results)} run(s) each; load average "
         f"{results['load_average_before']:.1f} before the run",
         "",
@@ -205,6 +246,15 @@ def format_table(results: dict) -> str:
         cells += [row.get("cpu_speedup", ""), row.get("identical_to_pipeline", ""), row["bleu"]]
         cells.append(f"{row['bleu_change']:+.2f}" if "bleu_change" in row else "")
         out.append("| " + " | ".join(str(c) for c in cells) + " |")
+    for system, row in results["rows"].items():
+        if "compile_seconds" in row:
+            out.append(
+                f"\n{SYSTEMS[system]}: {row['sentences_per_first_pass_wall_s']} sentences/s over its first pass "
+                f"({row['first_pass_wall_seconds']:.1f} s, {row['compile_seconds']:.1f} s more than the timed pass: "
+                f"compilation), {row['wall_speedup_over_translate']}x translate's speed in the timed pass, "
+                f"{row['first_pass_speedup_over_translate']}x over the first pass; "
+                f"{row['identical_to_translate']} of {results['lines']} lines identical to translate's"
+            )
     return "\n".join(out)
 
 

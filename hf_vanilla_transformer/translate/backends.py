@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from transformers import AutoConfig, GenerationConfig
+from transformers import AutoConfig, CompileConfig, GenerationConfig
 from transformers.utils import logging
 
 from ..data.folders import cache_root, check_translation_folder, load_tokenizer, load_translation_model, resolve_model
@@ -28,7 +28,7 @@ from ..model.configuration_vanilla_transformer import (
     target_positions,
 )
 from ..model.pipeline_translation import check_tokenizer_fits_model, max_source_length
-from .decoding import check_settings, decode
+from .decoding import check_settings, decode, static_cache
 
 
 logger = logging.get_logger(__name__)
@@ -36,6 +36,9 @@ logger = logging.get_logger(__name__)
 BEAM_ONLY = ("early_stopping", "length_penalty")
 SAMPLING_ONLY = ("temperature", "top_k", "top_p", "min_p", "typical_p", "epsilon_cutoff", "eta_cutoff", "top_h")
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+# --compile auto: the input a `translate` run needs to repay compiling the decoding step, once per batch shape (17 s
+# for one shape on an H100, against some 1.5 ms gained per sentence; docs/translate.md).
+COMPILE_MIN_LINES = 50_000
 
 
 @dataclass
@@ -65,13 +68,27 @@ def default_length_rule(generation_config: GenerationConfig) -> tuple[float, int
     return float(MAX_LEN_A), MAX_LEN_B
 
 
+def uses_static_cache(compile: str, device: torch.device, lines: int | None) -> bool:
+    """`--compile`'s rule: whether the PyTorch engine decodes through a static cache (compiled on a GPU). `always`
+    and `never` decide; `auto` takes it on a GPU for a process that translates `lines` lines, at least
+    `COMPILE_MIN_LINES` (None: an open-ended stream, a service's or translate-corpus' workers)."""
+    if compile != "auto":
+        return compile == "always"
+    return device.type == "cuda" and (lines is None or lines >= COMPILE_MIN_LINES)
+
+
 class TorchBackend:
     """A model with its tokenizer on this package's search (`decoding.py`): one new-token limit per sentence, the
-    token log-probabilities of the hypotheses."""
+    token log-probabilities of the hypotheses. With `static_cache` it decodes batches of bounded shapes
+    (`Translator.static_shape`) through a static cache whose step transformers compiles on a GPU, as `generate()`
+    does (`compile_config`; on a CPU the static cache runs uncompiled)."""
 
-    def __init__(self, model, tokenizer, generation_config: GenerationConfig, nbest: int):
+    def __init__(self, model, tokenizer, generation_config: GenerationConfig, nbest: int, static_cache: bool = False):
         self.model, self.tokenizer, self.nbest = model, tokenizer, nbest
         self.device = next(model.parameters()).device
+        self.static_cache = static_cache
+        self.compile_config = CompileConfig(fullgraph=True) if static_cache and self.device.type == "cuda" else None
+        self.static_caches = {}  # by batch shape, reused: the compiled step's CUDA graph reads them in place
         eos = generation_config.eos_token_id
         self.eos_ids = set(token_ids(eos))
         self.input_limit = max_source_length(tokenizer, model.config)
@@ -85,14 +102,38 @@ class TorchBackend:
 
     @torch.inference_mode()
     def generate(
-        self, sources: list[list[int]], limits: list[int], scores: bool = True, seed: int = 0
+        self,
+        sources: list[list[int]],
+        limits: list[int],
+        scores: bool = True,
+        seed: int = 0,
+        shape: tuple[int, int, int] | None = None,
     ) -> list[list[Hypothesis]]:
-        """The `nbest` best hypotheses of each source (token ids with EOS), at most `limits[i]` new tokens each."""
-        pad = self.tokenizer.pad_token_id
-        length = max(map(len, sources))
+        """The `nbest` best hypotheses of each source (token ids with EOS), at most `limits[i]` new tokens each.
+        `shape` (static cache): the (rows, source length, target positions) of the batch decoded, filled up with
+        copies of the first source."""
+        pad, count = self.tokenizer.pad_token_id, len(sources)
+        length, cache = max(map(len, sources)), None
+        if shape is not None:
+            rows, length, positions = shape
+            sources = sources + [sources[0]] * (rows - count)
+            if shape not in self.static_caches:
+                self.static_caches[shape] = static_cache(self.model.config, positions, length)
+            cache = self.static_caches[shape]
+            cache.reset()
         input_ids = torch.tensor([s + [pad] * (length - len(s)) for s in sources], device=self.device)
         attention_mask = torch.tensor([[1] * len(s) + [0] * (length - len(s)) for s in sources], device=self.device)
-        decoded = decode(self.model, input_ids, attention_mask, limits, self.generation_config, self.nbest, seed)
+        decoded = decode(
+            self.model,
+            input_ids,
+            attention_mask,
+            limits,
+            self.generation_config,
+            self.nbest,
+            seed,
+            static_cache=cache,
+            compile_config=self.compile_config,
+        )
         return [
             [
                 Hypothesis(ids, token_scores if scores else [], not ids or ids[-1] not in self.eos_ids)
@@ -111,9 +152,12 @@ def load_torch_backend(
     int8: bool = False,
     trust_remote_code: bool = False,
     tokenizer=None,
+    compile: str = "never",
+    lines: int | None = None,
 ) -> TorchBackend:
     """Any `AutoModelForSeq2SeqLM`, a folder or Hub id loaded with its tokenizer, or a model object with `tokenizer`
-    (moved to `device` and `dtype`, in eval mode); `overrides` go on top of its generation config."""
+    (moved to `device` and `dtype`, in eval mode); `overrides` go on top of its generation config. `compile` and
+    `lines`: `uses_static_cache`."""
     device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     if dtype not in DTYPES:
         raise InputError(f"--dtype must be one of {sorted(DTYPES)}, got {dtype!r}.")
@@ -141,7 +185,8 @@ def load_torch_backend(
                 "ignore", message="torch.ao.quantization is deprecated", category=DeprecationWarning
             )
             model = torch.ao.quantization.quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8)
-    return TorchBackend(model, tokenizer, generation_settings(model.generation_config, overrides, nbest), nbest)
+    settings = generation_settings(model.generation_config, overrides, nbest)
+    return TorchBackend(model, tokenizer, settings, nbest, uses_static_cache(compile, device, lines))
 
 
 def generation_settings(base: GenerationConfig, overrides: dict, nbest: int) -> GenerationConfig:

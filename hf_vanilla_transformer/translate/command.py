@@ -38,7 +38,7 @@ def main(argv: list[str], prog: str) -> int:
     from transformers.utils import logging
 
     from ..data.folders import check_output_file
-    from .io import check_inputs
+    from .io import check_inputs, count_lines
     from .translator import load_translator, translate_file
 
     if args.quiet:
@@ -51,7 +51,8 @@ def main(argv: list[str], prog: str) -> int:
         check_output_file(args.output, args.overwrite or args.resume)
     if options.threads is None:  # the cores shared among this machine's processes (accelerate launch: several)
         options = dataclasses.replace(options, threads=default_threads(int(os.environ.get("LOCAL_WORLD_SIZE", "1"))))
-    translator = load_translator(args.model, options)
+    # --compile auto weighs the input's length; standard input's is not known beforehand, and counts as short.
+    translator = load_translator(args.model, options, lines=count_lines(args.inputs or ["-"]) or 0)
     try:
         translate_file(
             args.inputs,

@@ -22,15 +22,27 @@ Logits processors, applied in this order to each step's log-probabilities (beam 
 classes), `min_new_tokens`/`min_length` (no end token before), `forced_bos_token_id` (the first token) and
 `forced_eos_token_id` (the end token at the sentence's limit); `renormalize_logits` normalises after them. Any other
 setting of a generation config is refused by `check_settings` before decoding, naming it.
+
+Static cache (`static_cache`, from `static_cache`). The key/value cache is transformers' `StaticCache`, of fixed size:
+the self-attention's for a number of target positions, the cross-attention's for the padded source. Its shapes do not
+change from step to step, so the decoding step can be compiled once per batch shape (`compile_config`, the model's
+`get_compiled_call`, as `generate()` does; the first step, which projects the source's keys and values, runs as it
+is). Rows then never leave the batch: a sentence that is done stops counting, but its rows are computed until the
+batch ends, and beam search moves the self-attention cache's rows in place: the compiled step reads the cache at
+fixed addresses (a CUDA graph is recorded again where they change, hence one cache per shape, reset for each batch).
+The results are the dynamic cache's.
 """
 
 import torch
 from transformers import (
+    CompileConfig,
+    EncoderDecoderCache,
     GenerationConfig,
     LogitsProcessorList,
     NoBadWordsLogitsProcessor,
     NoRepeatNGramLogitsProcessor,
     RepetitionPenaltyLogitsProcessor,
+    StaticCache,
     SuppressTokensLogitsProcessor,
 )
 
@@ -101,9 +113,13 @@ def decode(
     generation_config: GenerationConfig,
     nbest: int,
     seed: int = 0,
+    static_cache: EncoderDecoderCache | None = None,
+    compile_config: CompileConfig | None = None,
 ):
     """Per source row, its `nbest` hypotheses as (generated ids, their log-probabilities), best first, the end token
-    included where the model ended them; sentence i stops after `limits[i]` new tokens."""
+    included where the model ended them; sentence i stops after `limits[i]` new tokens. With `static_cache` (empty,
+    of `max(limits)` target positions or more), the step compiled with `compile_config` where given (see the
+    module's docstring); source rows after the first `len(limits)` then fill the batch up: computed, never decoded."""
     config, device = generation_config, input_ids.device
     search = _Search(
         model,
@@ -112,13 +128,24 @@ def decode(
         1 if config.do_sample else config.num_beams or 1,
         config,
     )
+    if static_cache is not None:
+        search.use_static_cache(static_cache, compile_config, len(limits))
     eos = torch.tensor(token_ids(config.eos_token_id), device=device)
     limits = torch.tensor(limits, device=device)
-    start = torch.full((input_ids.shape[0],), config.decoder_start_token_id, device=device)
+    start = torch.full((len(limits),), config.decoder_start_token_id, device=device)
     if search.num_beams == 1:
         generator = torch.Generator(device).manual_seed(seed) if config.do_sample else None
         return _greedy_or_sample(search, start, eos, limits, config, generator)
     return _beam_search(search, start, eos, limits, config, nbest)
+
+
+def static_cache(config, target_positions: int, source_length: int) -> EncoderDecoderCache:
+    """An empty static cache for a model of `config`: `target_positions` self-attention positions, `source_length`
+    cross-attention ones (the rows are set by the first step)."""
+    return EncoderDecoderCache(
+        StaticCache(config=config, max_cache_len=target_positions),
+        StaticCache(config=config, max_cache_len=source_length),
+    )
 
 
 def _rows(outputs, select):
@@ -150,9 +177,34 @@ class _Search:
         if config.suppress_tokens:
             self.processors.append(SuppressTokensLogitsProcessor(config.suppress_tokens, device=attention_mask.device))
         self.min_new_tokens = config.min_new_tokens or max((config.min_length or 0) - 1, 0)
+        self.live = None  # static cache: the cache rows of the rows still decoding
+
+    def use_static_cache(self, cache: EncoderDecoderCache, compile_config: CompileConfig | None, sentences: int):
+        """Decode through `cache`, the first `sentences` sentences (the other rows fill the batch up)."""
+        rows, device, self.cache = self.attention_mask.shape[0], self.attention_mask.device, cache
+        if getattr(self.encoder_outputs, "padding_mask", True) is None:  # one graph, with or without padding
+            self.encoder_outputs.padding_mask = self.attention_mask
+        self.sentences = self.sentences[:sentences]
+        self.live = torch.arange(sentences * self.num_beams, device=device)
+        self.tokens = torch.zeros(rows, dtype=torch.long, device=device)
+        self.step = self.model.get_compiled_call(compile_config) if compile_config is not None else self.model
+        self.first_step = True
 
     def logits(self, tokens: torch.Tensor) -> torch.Tensor:
         """(rows, vocab) float32 logits of the next token after `tokens` (rows,)."""
+        if self.live is not None:
+            self.tokens[self.live] = tokens
+            forward = self.model if self.first_step else self.step
+            self.first_step = False
+            outputs = forward(
+                encoder_outputs=self.encoder_outputs,
+                attention_mask=self.attention_mask,
+                decoder_input_ids=self.tokens[:, None],
+                use_cache=True,
+                return_dict=True,
+                **{CACHE_NAME: self.cache},
+            )
+            return outputs.logits[self.live, -1, :].to(dtype=torch.float32)
         if isinstance(self.model, VanillaTransformerForConditionalGeneration):
             # This package's model is its decoder and the output projection: called directly, a step skips two
             # wrappers and two output objects, a tenth of a step's time on a CPU at batch 1.
@@ -191,16 +243,26 @@ class _Search:
     def keep(self, sentences: torch.Tensor) -> torch.Tensor:
         """Go on with these sentences (indices into the current ones) only; returns them for indexing other state."""
         rows = (sentences[:, None] * self.num_beams + torch.arange(self.num_beams, device=sentences.device)).view(-1)
+        self.sentences = self.sentences[sentences]
+        if self.live is not None:
+            self.live = self.live[rows]
+            return sentences
         self.cache.reorder_cache(rows)
         self.encoder_outputs = _rows(self.encoder_outputs, lambda tensor: tensor.index_select(0, rows))
         self.attention_mask = self.attention_mask.index_select(0, rows)
-        self.sentences = self.sentences[sentences]
         return sentences
 
     def follow(self, rows: torch.Tensor) -> None:
         """Beam search's new rows: each the continuation of row `rows[i]`. The beams of one sentence share its
         cross-attention keys and values, so only the self-attention cache follows them."""
-        getattr(self.cache, "self_attention_cache", self.cache).reorder_cache(rows)
+        if self.live is None:
+            getattr(self.cache, "self_attention_cache", self.cache).reorder_cache(rows)
+            return
+        source = torch.arange(self.tokens.shape[0], device=rows.device)
+        source[self.live] = self.live[rows]
+        for layer in self.cache.self_attention_cache.layers:
+            layer.keys.copy_(layer.keys.index_select(0, source))
+            layer.values.copy_(layer.values.index_select(0, source))
 
 
 def _force(scores: torch.Tensor, rows: torch.Tensor, allowed: list[int]) -> torch.Tensor:

@@ -10,7 +10,7 @@ import argparse
 import os
 from dataclasses import dataclass, field, fields
 
-from ..errors import check_at_least
+from ..errors import InputError, check_at_least
 
 
 DEFAULT_MAX_TOKENS = 3000
@@ -39,6 +39,15 @@ class TranslateOptions:
     int8: bool = option("engine", False, "dynamic int8 quantization of the linear layers (CPU)", action="store_true")
     compute_type: str = option("engine", "default", "CTranslate2's compute type (int8, float16, ...)")
     trust_remote_code: bool = option("engine", False, "run the model folder's own code", action="store_true")
+    compile: str = option(
+        "engine",
+        "auto",
+        "PyTorch: decode through a static key/value cache whose decoding step transformers compiles (torch.compile, "
+        "CUDA graphs; on a GPU only: on a CPU the static cache runs uncompiled). auto: on a GPU, when the process "
+        "translates enough to repay the compilation (a service, translate-corpus, translate with an input of "
+        "50,000 lines or more; see docs/translate.md)",
+        choices=("auto", "always", "never"),
+    )
     threads: int | None = option(
         "engine",
         help="torch threads per process (default: the cores divided among the processes on this machine)",
@@ -86,6 +95,9 @@ class TranslateOptions:
 
     def check(self) -> "TranslateOptions":
         for f in fields(TranslateOptions):
+            choices = f.metadata["argument"].get("choices")
+            if choices and getattr(self, f.name) not in choices:
+                raise InputError(f"--{f.name} must be one of {list(choices)}, got {getattr(self, f.name)!r}.")
             if f.metadata["minimum"] is not None:
                 check_at_least(f"--{f.name}", getattr(self, f.name), f.metadata["minimum"])
         return self

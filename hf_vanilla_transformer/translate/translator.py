@@ -102,7 +102,7 @@ class Translator:
         decoding options when it loads, so a CTranslate2 variant with other decoding options loads the model again.
         Sentence, length and batching options alone share the engine."""
         options = dataclasses.replace(self.options, **changes).check()
-        engine = ("backend", "device", "dtype", "int8", "compute_type", "trust_remote_code")
+        engine = ("backend", "device", "dtype", "int8", "compute_type", "trust_remote_code", "compile")
         if any(getattr(options, name) != getattr(self.options, name) for name in engine):
             raise InputError(f"A variant keeps its engine ({', '.join(engine)}); load the model again to change them.")
         if (options.generation, options.nbest) == (self.options.generation, self.options.nbest):
@@ -115,6 +115,7 @@ class Translator:
                 str(self.backend.device),
                 options.dtype,
                 tokenizer=self.tokenizer,
+                compile="always" if self.backend.static_cache else "never",
             )
             return Translator(backend, options, model=self.model)
         return load_translator(self.model, options)
@@ -138,7 +139,9 @@ class Translator:
         rank, world = group
         encoded = self.encode(lines)
         pieces = [(i, ids) for i, line in enumerate(encoded) for ids in line.ids]
-        batches = make_batches([len(ids) for _, ids in pieces], self.options.max_tokens, self.options.batch_size)
+        static = getattr(self.backend, "static_cache", False)
+        lengths = [self.static_length(len(ids)) if static else len(ids) for _, ids in pieces]
+        batches = make_batches(lengths, self.options.max_tokens, self.options.batch_size)
         results = {}
         for number, batch in enumerate(batches):
             if number % world != rank:
@@ -150,6 +153,7 @@ class Translator:
                 [self.limit(len(s)) for s in sources],
                 scores=scores,
                 seed=self.options.seed + 1_000_003 * first_line + number,
+                **({"shape": self.static_shape(sources)} if static else {}),
             )
             results.update(zip(batch, hypotheses))
             if on_batch is not None:
@@ -172,6 +176,22 @@ class Translator:
         for j, (i, _) in enumerate(pieces):
             by_line[i].append(results[j])
         return self.decode(lines, encoded, by_line)
+
+    def static_length(self, source_length: int) -> int:
+        """The source length a static cache pads a sentence to: the next power of two from 16, within the longest
+        sentence this translator passes on."""
+        length = max(16, 1 << (source_length - 1).bit_length())
+        return min(length, self.max_source_tokens or length)
+
+    def static_shape(self, sources: list[list[int]]) -> tuple[int, int, int]:
+        """The (rows, source length, target positions) a static cache decodes a batch in: its longest sentence's
+        `static_length`, as many rows as `max_tokens` and `batch_size` allow at that length (batches are cut at it),
+        and that length's limit, which bounds every sentence's (the limit grows with the length). One shape per
+        source length, a handful per process, so that the step is compiled that many times."""
+        length = self.static_length(max(map(len, sources)))
+        rows = max(1, self.options.max_tokens // length, len(sources))
+        rows = min(rows, self.options.batch_size or rows)
+        return rows, length, self.limit(length)
 
     def limit(self, source_length: int) -> int:
         limit = max_new_tokens_for(source_length, self.backend.max_position_embeddings, self.max_len_a, self.max_len_b)
@@ -275,12 +295,15 @@ class Batch:
     seconds: float
 
 
-def load_translator(model, options: TranslateOptions | None = None, *, tokenizer=None, **changes) -> Translator:
+def load_translator(
+    model, options: TranslateOptions | None = None, *, tokenizer=None, lines: int | None = None, **changes
+) -> Translator:
     """Load `model` for translation: a folder or a Hub id, or (PyTorch) a model object with its `tokenizer`.
 
     `options` (`TranslateOptions`; `changes` replace some of them by name) are the commands' options of the same
     names: the decoding ones go on top of the model's generation config (None keeps it). `threads`, when given, sets
-    torch's threads (CTranslate2 takes as many).
+    torch's threads (CTranslate2 takes as many). `lines`: how many lines the translator is loaded for, where known
+    (None: an open-ended stream), for `--compile auto` (`backends.uses_static_cache`).
     """
     options = dataclasses.replace(options or TranslateOptions(), **changes).check()
     if options.threads:
@@ -291,16 +314,25 @@ def load_translator(model, options: TranslateOptions | None = None, *, tokenizer
     generation, nbest = options.generation, options.nbest
     if options.backend == "torch":
         backend = load_torch_backend(
-            model, generation, nbest, device, options.dtype, options.int8, options.trust_remote_code, tokenizer
+            model,
+            generation,
+            nbest,
+            device,
+            options.dtype,
+            options.int8,
+            options.trust_remote_code,
+            tokenizer,
+            options.compile,
+            lines,
         )
-    elif options.backend == "ctranslate2":
-        if options.int8 or options.dtype != "float32":
-            raise InputError("--int8 and --dtype are PyTorch options; CTranslate2 takes --compute_type (e.g. int8).")
+    else:
+        if options.int8 or options.dtype != "float32" or options.compile == "always":
+            raise InputError(
+                "--int8, --dtype and --compile are PyTorch options; CTranslate2 takes --compute_type (e.g. int8)."
+            )
         backend = load_ctranslate2_backend(
             model, generation, nbest, device, options.compute_type, options.trust_remote_code
         )
-    else:
-        raise InputError(f"--backend must be 'torch' or 'ctranslate2', got {options.backend!r}.")
     return Translator(backend, options, model=model)
 
 

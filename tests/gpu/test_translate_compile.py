@@ -1,0 +1,32 @@
+"""translate's `--compile` on CUDA: the rule takes the static cache, whose compiled step translates as the dynamic
+cache does, in one graph per batch shape."""
+
+import pytest
+import torch
+
+from hf_vanilla_transformer.translate.translator import load_translator
+from tests.helpers import CUDA_TESTS, DEMO_SENTENCES, tiny_translator_dir
+
+
+pytestmark = CUDA_TESTS
+
+LINES = DEMO_SENTENCES + [" ".join(DEMO_SENTENCES[i:] + DEMO_SENTENCES[:i]) for i in range(4)]
+
+
+def test_auto_takes_the_static_cache_on_cuda_for_an_open_ended_stream_not_for_a_few_lines():
+    folder = str(tiny_translator_dir())
+    assert load_translator(folder, device="cuda").backend.compile_config is not None
+    assert not load_translator(folder, device="cuda", lines=len(LINES)).backend.static_cache
+
+
+@pytest.mark.slow
+def test_the_compiled_static_cache_translates_as_the_dynamic_cache_on_cuda():
+    folder = str(tiny_translator_dir())
+    options = dict(device="cuda", num_beams=2, split_sentences=False, max_tokens=256)
+    expected = [t.hypotheses[0].tokens for t in load_translator(folder, compile="never", **options).translate(LINES)]
+    translator = load_translator(folder, compile="always", **options)
+    graphs = torch._dynamo.utils.counters["stats"]["unique_graphs"]
+    for _ in range(2):  # the second pass replays what the first compiled and recorded
+        assert [t.hypotheses[0].tokens for t in translator.translate(LINES)] == expected
+    shapes = {(rows, length) for rows, length, _ in translator.backend.static_caches}
+    assert 0 < torch._dynamo.utils.counters["stats"]["unique_graphs"] - graphs <= len(shapes)
