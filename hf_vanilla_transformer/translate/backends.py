@@ -70,11 +70,12 @@ def default_length_rule(generation_config: GenerationConfig) -> tuple[float, int
 
 def uses_static_cache(compile: str, device: torch.device, lines: int | None) -> bool:
     """`--compile`'s rule: whether the PyTorch engine decodes through a static cache (compiled on a GPU). `always`
-    and `never` decide; `auto` takes it on a GPU for a process that translates `lines` lines, at least
-    `COMPILE_MIN_LINES` (None: an open-ended stream, a service's or translate-corpus' workers)."""
+    and `never` decide; `auto` takes it on a GPU for a process known to translate at least `COMPILE_MIN_LINES` lines
+    (a `translate` input, a translate-corpus worker's share). Not for `lines=None`, a service or a library call: the
+    first request of every batch shape would wait for its compilation."""
     if compile != "auto":
         return compile == "always"
-    return device.type == "cuda" and (lines is None or lines >= COMPILE_MIN_LINES)
+    return device.type == "cuda" and lines is not None and lines >= COMPILE_MIN_LINES
 
 
 class TorchBackend:

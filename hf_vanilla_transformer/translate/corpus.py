@@ -227,10 +227,11 @@ def translated(translator, table, column: str):
 
 
 class Translate:
-    """A Ray Data actor: loads the model once, then adds the translations of `column` to each batch it is given."""
+    """A Ray Data actor: loads the model once, then adds the translations of `column` to each batch it is given.
+    `lines`: how many it will translate, where known (`--compile auto` compiles for enough)."""
 
-    def __init__(self, model: str, options: TranslateOptions, column: str):
-        self.translator, self.column = load_translator(model, options), column
+    def __init__(self, model: str, options: TranslateOptions, column: str, lines: int | None = None):
+        self.translator, self.column = load_translator(model, options, lines=lines), column
 
     def __call__(self, batch):
         return translated(self.translator, batch, self.column)[0]
@@ -240,8 +241,8 @@ class TranslateShards(Translate):
     """The actor of `translate-corpus`: each shard read, translated and written whole, under a temporary name (made
     before the work starts, so that an attempt that dies leaves it) renamed when complete."""
 
-    def __init__(self, model: str, options: TranslateOptions, column: str, output_dir: str, output_format: str):
-        super().__init__(model, options, column)
+    def __init__(self, model, options, column: str, output_dir: str, output_format: str, lines: int | None = None):
+        super().__init__(model, options, column, lines)
         self.output_dir, self.output_format = output_dir, output_format
 
     def __call__(self, batch):
@@ -434,13 +435,15 @@ def translate_corpus(
     num_workers = num_workers or int(resources.get("GPU", 0)) or max(1, int(resources.get("CPU", 1)) // 4)
     options, resources = worker_resources(options, num_workers)
     dataset = ray.data.from_items([dataclasses.asdict(s) for s in todo], override_num_blocks=len(todo))
+    num_workers = min(num_workers, len(todo))
+    lines = sum(shard.stop - shard.start for shard in todo) // num_workers  # each worker's share
     results = dataset.map_batches(
         worker,
-        fn_constructor_args=(model, options, column, output_dir, output_format),
+        fn_constructor_args=(model, options, column, output_dir, output_format, lines),
         batch_format="pyarrow",
         batch_size=1,
         # A shard is seconds to minutes of work: an actor holds one in hand and one queued, not more.
-        compute=ray.data.ActorPoolStrategy(size=min(num_workers, len(todo)), max_tasks_in_flight_per_actor=2),
+        compute=ray.data.ActorPoolStrategy(size=num_workers, max_tasks_in_flight_per_actor=2),
         **resources,
     )
     shards_done = list(results.iter_rows())

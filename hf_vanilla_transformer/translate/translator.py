@@ -303,7 +303,7 @@ def load_translator(
     `options` (`TranslateOptions`; `changes` replace some of them by name) are the commands' options of the same
     names: the decoding ones go on top of the model's generation config (None keeps it). `threads`, when given, sets
     torch's threads (CTranslate2 takes as many). `lines`: how many lines the translator is loaded for, where known
-    (None: an open-ended stream), for `--compile auto` (`backends.uses_static_cache`).
+    (None: unknown, as for a service), for `--compile auto` (`backends.uses_static_cache`).
     """
     options = dataclasses.replace(options or TranslateOptions(), **changes).check()
     if options.threads:

@@ -136,7 +136,7 @@ def test_the_static_source_length_is_a_power_of_two_within_the_model(model_dir):
 
 def test_the_auto_rule():
     assert not uses_static_cache("auto", CPU, None) and not uses_static_cache("auto", CPU, 10**9)
-    assert uses_static_cache("auto", CUDA, None)  # a service, translate-corpus: open-ended
+    assert not uses_static_cache("auto", CUDA, None)  # a service, a library call: its first requests would wait
     assert uses_static_cache("auto", CUDA, COMPILE_MIN_LINES) and not uses_static_cache("auto", CUDA, 1000)
     assert not uses_static_cache("auto", CUDA, 0)  # translate from standard input
     assert uses_static_cache("always", CPU, 1) and not uses_static_cache("never", CUDA, None)
