@@ -13,8 +13,11 @@ so), in this order (what the targets need first; the big size's compilations las
    WMT-like lengths written by this run: steps/s, target tokens/s, model FLOP utilisation, memory;
 4. training: the demo through `accelerate launch` with the DDP configuration, started, trained, evaluated and saved,
    then resumed from its checkpoint: steps/s, target tokens/s and peak memory (`scripts.gpu_training`);
-5. tests: the suite's CUDA tests (`pytest -m cuda tests/gpu`);
-6. benchmark, big: the benchmark's training row at the paper's big size (eager), then the compiled rows of the base
+5. decoding: `translate` with the trained demo, end to end on 10,000 lines in bf16, through the dynamic cache and
+   through the compiled static cache (`--compile always`): sentences/s, compilation, lines identical
+   (`scripts.benchmark_translate`);
+6. tests: the suite's CUDA tests (`pytest -m cuda tests/gpu`);
+7. benchmark, big: the benchmark's training row at the paper's big size (eager), then the compiled rows of the base
    and big sizes.
 DIR gets gpu_acceptance.md (the summary), gpu_acceptance.json (every figure) and gpu_acceptance.log (every part's
 output), rewritten after each part: a part that fails, or the end of the time limit, loses no other part's results.
@@ -57,6 +60,7 @@ BUDGETS = {
     "recipe": (120, 300),
     "train": (50, 300),
     "resume": (40, 300),
+    "decoding": (150, 300),
     "tests": (90, 300),
     "benchmark_big": (150, 300),
 }
@@ -391,6 +395,25 @@ def training(run: Run) -> None:
             run.save()
 
 
+# `translate` end to end with the demo the training part trained: the dynamic cache against the compiled static cache.
+DECODING = {"gpu": dict(lines=10_000, device="cuda", dtype="bfloat16"), "dry_run": dict(lines=40, device="cpu")}
+
+
+def decoding(run: Run) -> None:
+    model = run.work_dir / f"{'tiny' if run.dry_run else 'demo'}-ddp"
+    if not (model / "config.json").exists():
+        run.results["decoding"] = {"status": "not run: the training part left no model"}
+        return
+    settings = DECODING["dry_run" if run.dry_run else "gpu"]
+    path = run.work_dir / "decoding.json"
+    argv = [sys.executable, "-m", "scripts.benchmark_translate", "--model", str(model), "--output_json", str(path)]
+    argv += ["--systems", "translate", "translate-static", "--lines", str(settings["lines"])]
+    argv += ["--device", settings["device"], "--dtype", settings.get("dtype", "float32")]
+    part = run.command("decoding", "decoding", argv)
+    run.results["decoding"] = {"status": part["status"], **read_json(path)}
+    run.save()
+
+
 # ---------------------------------------------------------------------------------------------------- the summary
 
 
@@ -442,7 +465,31 @@ def summary(results: dict) -> str:
     lines += benchmark_section(results.get("benchmark") or {})
     lines += recipe_section(results.get("recipe") or {}, results.get("benchmark") or {}, results["mode"])
     lines += training_section(results.get("training") or [])
+    lines += decoding_section(results.get("decoding") or {})
     return "\n".join(lines) + "\n"
+
+
+def decoding_section(record: dict) -> list[str]:
+    lines = ["", "## Decoding: translate end to end, dynamic cache against the compiled static cache", ""]
+    rows = record.get("rows") or {}
+    if not rows:
+        return lines + [record.get("status", "not run")]
+    lines.append(f"{record.get('lines')} lines on {record.get('device')}, {record.get('dtype')}:")
+    lines += table(
+        ["system", "sentences/s", "first pass sentences/s", "compile s", "vs translate", "identical lines"],
+        [
+            [
+                system,
+                row.get("sentences_per_wall_s"),
+                row.get("sentences_per_first_pass_wall_s"),
+                row.get("compile_seconds"),
+                row.get("wall_speedup_over_translate"),
+                row.get("identical_to_translate"),
+            ]
+            for system, row in rows.items()
+        ],
+    )
+    return lines
 
 
 def tests_section(outcomes: dict) -> list[str]:
@@ -630,6 +677,7 @@ PARTS = [
     ("benchmark", benchmark),
     ("recipe", recipe),
     ("training", training),
+    ("decoding", decoding),
     ("tests", tests),
     ("benchmark", benchmark_big),
 ]

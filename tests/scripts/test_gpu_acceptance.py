@@ -146,7 +146,7 @@ def test_the_dry_run_runs_every_part_on_the_cpu_and_writes_the_results(tmp_path)
     results = json.loads((out / "gpu_acceptance.json").read_text())
     runs = [f"{kind} tiny ddp" for kind in ("train", "resume")]
     assert [(p["name"], p["status"]) for p in results["parts"]] == [
-        (name, "ok") for name in ["environment", "benchmark", "recipe base", *runs, "tests"]
+        (name, "ok") for name in ["environment", "benchmark", "recipe base", *runs, "decoding", "tests"]
     ]
 
     env = results["environment"]
@@ -181,8 +181,14 @@ def test_the_dry_run_runs_every_part_on_the_cpu_and_writes_the_results(tmp_path)
         assert train["target_tokens_per_second"] > 0 and resume["target_tokens"] > 0
         assert record["report"]["validation"]["num_samples"] == 8
 
+    decoding = results["decoding"]["rows"]  # the trained tiny model through both caches, on the CPU uncompiled
+    assert (
+        decoding["translate-static"]["identical_to_translate"] == 40 and decoding["translate"]["sentences_per_wall_s"]
+    )
+
     summary = (out / "gpu_acceptance.md").read_text()
-    for heading in ("## Parts", "## CUDA tests", "## Benchmark", "## The recipe", "## Training", "torch.profiler"):
+    headings = ("## Parts", "## CUDA tests", "## Benchmark", "## The recipe", "## Training", "## Decoding")
+    for heading in (*headings, "torch.profiler"):
         assert heading in summary
     assert summary in proc.stdout  # the end of the output is what a job's log shows last
 
