@@ -106,3 +106,21 @@ def test_a_training_step_saves_no_float32_logits_for_its_backward_pass():
     n = int((labels != -100).sum())
     assert ((n, 99), torch.bfloat16) in saved
     assert [shape for shape, dtype in saved if shape[-1:] == (99,) and dtype == torch.float32] == []
+
+
+def test_a_training_steps_loss_and_gradients_are_those_of_one_chunk(monkeypatch):
+    model = VanillaTransformerForConditionalGeneration._from_config(tiny_config(dropout=0.0, label_smoothing=0.1))
+    input_ids, attention_mask, labels = random_batch()
+
+    def step(chunk_rows):
+        monkeypatch.setattr(modeling_vanilla_transformer, "LOSS_CHUNK_ROWS", chunk_rows)
+        model.zero_grad()
+        out = model.train()(input_ids=input_ids, attention_mask=attention_mask, labels=labels)
+        out.loss.backward()
+        return out, {name: p.grad.clone() for name, p in model.named_parameters()}
+
+    (chunked, grads), (whole, whole_grads) = step(3), step(10**6)
+    torch.testing.assert_close(chunked.loss, reference(whole.logits, labels, None, 0.1), atol=1e-6, rtol=1e-6)
+    torch.testing.assert_close(chunked.loss, whole.loss, atol=1e-6, rtol=1e-6)
+    for name, grad in grads.items():
+        torch.testing.assert_close(grad, whole_grads[name], atol=1e-7, rtol=1e-5, msg=name)
