@@ -69,21 +69,23 @@ def inputs(rows: int, vocab: int, dtype: torch.dtype, device: str, d_model: int 
     labels = torch.randint(0, vocab, (rows,), generator=g, device=device)
     labels[torch.rand(rows, generator=g, device=device) < IGNORED] = -100
     if d_model is None:
-        logits = 4 * torch.randn(rows, vocab, generator=g, device=device)
+        logits = torch.randn(rows, vocab, generator=g, device=device).mul_(4)
         return logits.to(dtype).requires_grad_(), None, labels
     hidden = torch.randn(rows, d_model, generator=g, device=device).to(dtype).requires_grad_()
     weight = (torch.randn(vocab, d_model, generator=g, device=device) / d_model**0.5).to(dtype).requires_grad_()
     return hidden, weight, labels
 
 
-def resident_mb() -> float:
+def status_mb(field: str) -> float:
+    """VmRSS (resident memory) or VmHWM (its peak) of this process, in MB."""
     with open("/proc/self/status") as f:
-        return next(int(line.split()[1]) / 1024 for line in f if line.startswith("VmRSS:"))
+        return next(int(line.split()[1]) / 1024 for line in f if line.startswith(f"{field}:"))
 
 
-def peak_mb() -> float:
-    with open("/proc/self/status") as f:  # VmHWM: the peak resident memory of this process
-        return next(int(line.split()[1]) / 1024 for line in f if line.startswith("VmHWM:"))
+def reset_peak() -> None:
+    """VmHWM back to the resident memory (Linux), so that making the inputs does not count as the variant's peak."""
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
 
 
 def measure_loss(
@@ -98,7 +100,7 @@ def measure_loss(
 ) -> dict:
     """Seconds of forward + backward of one variant (the median of `repeats` after a first, untimed call, whose own
     time is returned: for the compiled variant, its compilation), the peak memory it takes beyond its inputs in MB
-    (on a CPU, of the whole process: run it in a fresh one), and the loss, to compare the variants. `chunk_rows`:
+    (on a CPU, of the whole process), and the loss, to compare the variants. `chunk_rows`:
     the rows per chunk of ours (the model's LOSS_CHUNK_ROWS, for this call)."""
     step = loss_step(variant, projection=d_model is not None)
     tensors = inputs(rows, vocab, DTYPES[dtype], device, d_model)
@@ -108,7 +110,8 @@ def measure_loss(
         torch.cuda.reset_peak_memory_stats()
         baseline = torch.cuda.memory_allocated()
     else:
-        baseline = resident_mb()
+        reset_peak()
+        baseline = status_mb("VmRSS")
 
     def forward_backward():
         for leaf in leaves:
@@ -124,7 +127,9 @@ def measure_loss(
         seconds = statistics.median(timed(forward_backward, device)[0] for _ in range(repeats))
     finally:
         modeling_vanilla_transformer.LOSS_CHUNK_ROWS = default_chunk_rows
-    peak = (torch.cuda.max_memory_allocated() - baseline) / 2**20 if device == "cuda" else peak_mb() - baseline
+    peak = (
+        (torch.cuda.max_memory_allocated() - baseline) / 2**20 if device == "cuda" else status_mb("VmHWM") - baseline
+    )
     return {"seconds": seconds, "first_seconds": first_seconds, "peak_mb": peak, "loss": loss}
 
 
