@@ -14,7 +14,12 @@ calls can split them around other work):
 - `decoding`: greedy generation through the compiled static-cache path (ours with bf16 weights) against the same
   model's uncompiled greedy generation at batch COMPILED_BATCH, with a profile of one compiled call;
 - `standard`: the benchmark's own workload (`scripts.benchmark`): training at its batch of 32 pairs, greedy and
-  beam-4 generation, ours and MarianMTModel; and CTranslate2 on CUDA where its wheel runs.
+  beam-4 generation, ours and MarianMTModel; and CTranslate2 on CUDA where its wheel runs;
+- `loss`: the output projection and the loss alone, forward and backward, at the paper's batch (LOSS_SHAPE: 25,000
+  target tokens, bf16 hidden states and weight), seconds and peak memory beyond the inputs (`scripts.loss_benchmark`):
+  the loss the model used to compute (a float32 copy of all logits), `token_cross_entropy` (float32 one chunk of rows
+  at a time, at LOSS_CHUNK_ROWS and the rows of LOSS_CHUNKS), the former under `torch.compile` (as compiled training
+  runs it), and Liger-Kernel's fused linear cross-entropy where `liger_kernel` imports.
 
 Every measurement runs in a fresh process; FILE is rewritten after each one, so a run stopped early keeps what it
 measured. `--dry_run`: the same steps on the CPU at the tiny size, in this process (the fresh processes would take
@@ -34,7 +39,7 @@ import torch
 import transformers
 from transformers.generation import CompileConfig
 
-from . import benchmark
+from . import benchmark, loss_benchmark
 from .benchmark import COMPILED, NEW_TOKENS, OURS, PAD, REFERENCE, in_fresh_process, quiet, timed
 
 
@@ -66,6 +71,7 @@ RUNS = {  # the GPU run, and the dry run that checks the same steps on a CPU in 
         matmul=8192,
         fresh=True,
         threads=os.cpu_count(),
+        loss_shape=dict(rows=25000, vocab=37000, d_model=512),
     ),
     # One thread: on a busy machine with few cores, a second one spin-waits and makes each step ten times slower.
     "dry_run": dict(
@@ -76,13 +82,16 @@ RUNS = {  # the GPU run, and the dry run that checks the same steps on a CPU in 
         matmul=256,
         fresh=False,
         threads=1,
+        loss_shape=dict(rows=100, vocab=300, d_model=32),
     ),  # fmt: skip
 }
 # Every measurement, in the order of a full run: what the targets need first, the compilations of the big size last.
 DECODING = "ours-static-compiled"  # the decoding measurement's row
 TRAINING_SYSTEMS = {"ours": OURS, "compiled": COMPILED, "marian": REFERENCE}
 MEASUREMENTS = ["base-ours", "base-marian", "base-compiled", "decoding", "big-ours", "big-compiled", "big-marian"]
-MEASUREMENTS += ["standard"]
+MEASUREMENTS += ["standard", "loss"]
+# Rows per chunk of `token_cross_entropy` measured beside the model's LOSS_CHUNK_ROWS.
+LOSS_CHUNKS = (512, 8192)
 CT2_COMPUTE_TYPES = {"cuda": ("bfloat16", "int8_bfloat16"), "cpu": ("float32",)}
 # Training, ours (the faster of eager and compiled) vs MarianMTModel; fraction of the dense bf16 peak per size.
 TARGET_SPEEDUP, TARGET_UTILISATION = 2.0, {"base": 0.30, "big": 0.40}
@@ -284,13 +293,13 @@ class Results:
 
     def __init__(self, path: str, settings: dict):
         self.path, self.fresh = Path(path), settings["fresh"]
-        self.data = {"settings": settings, "peaks": {}, "measurements": {}, "errors": {}, "skipped": {}}
+        self.data = {"settings": settings, "peaks": {}, "measurements": {}, "errors": {}, "skipped": {}, "loss": {}}
         try:  # an earlier call's measurements of the same run (--measure splits them)
             earlier = json.loads(self.path.read_text())
         except (OSError, ValueError):
             earlier = {}
         if earlier.get("settings", {}).get("device_name") == settings["device_name"]:
-            for key in ("peaks", "measurements", "errors", "skipped"):
+            for key in ("peaks", "measurements", "errors", "skipped", "loss"):
                 self.data[key].update(earlier.get(key, {}))
         self.save()
 
@@ -356,6 +365,8 @@ def run(json_path: str, dry_run: bool, measure: list[str]) -> dict:
             value = attempt(results, name, measure_compiled_greedy, sizes["base"], device, standard)
             if value:
                 results.record(f"base/{DECODING}/decoding", value)
+        elif name == "loss":
+            measure_losses(results, device, plan["loss_shape"])
         elif name == "standard":
             for system in (OURS, REFERENCE):
                 value = attempt(
@@ -405,6 +416,37 @@ def measure_ctranslate2(results: Results, size: str, device: str, threads: int, 
             results.record(f"base/{system}/standard", seconds)
             results.data.setdefault("ct2_labels", {})[system] = benchmark.label(system, systems)
             results.save()
+
+
+def measure_losses(results: Results, device: str, shape: dict) -> None:
+    """The `loss` measurement: each variant of `scripts.loss_benchmark` with the output projection, in bf16, with its
+    time and peak memory relative to the reference's. The dry run leaves out the compiled variant (a compilation takes
+    minutes on a CPU) and Liger-Kernel (Triton kernels, CUDA only)."""
+    variants = {variant: (variant, None) for variant in loss_benchmark.VARIANTS}
+    variants.update({f"ours, {rows} rows per chunk": ("ours", rows) for rows in LOSS_CHUNKS})
+    skipped = {"liger": "Liger-Kernel's kernels need CUDA", "reference-compiled": "compiled on a GPU run only"}
+    if device == "cuda":
+        skipped = {}
+        try:
+            import liger_kernel.transformers  # noqa: F401
+        except Exception as error:  # not installed, or without the Triton it needs
+            skipped["liger"] = f"liger_kernel does not import: {type(error).__name__}: {error}"[:500]
+    for name, (variant, chunk_rows) in variants.items():
+        if name in skipped:
+            results.data["skipped"][f"loss {name}"] = skipped[name]
+            continue
+        value = attempt(
+            results, f"loss {name}", loss_benchmark.measure_loss, variant, shape["rows"], shape["vocab"], "bf16",
+            device, shape["d_model"], 3, chunk_rows,
+        )  # fmt: skip
+        if value:
+            results.data["loss"][name] = value
+    reference = results.data["loss"].get("reference")
+    for value in results.data["loss"].values():
+        if reference:
+            value["time_vs_reference"] = loss_benchmark.ratio(value["seconds"], reference["seconds"])
+            value["peak_vs_reference"] = loss_benchmark.ratio(value["peak_mb"], reference["peak_mb"])
+    results.save()
 
 
 # ---------------------------------------------------------------------------------------------------- the summary

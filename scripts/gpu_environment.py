@@ -38,10 +38,13 @@ MODULES = {
     "matplotlib": "matplotlib",
     "pytest": "pytest",
     "ctranslate2": "ctranslate2",
+    "liger-kernel": "liger_kernel",
 }
 # Not huggingface_hub, tokenizers, safetensors: a machine with transformers 5.x has releases that the newest
 # transformers imports with, and huggingface_hub 2 would bring dependencies of its own (httpx2) that it lacks.
-PACKAGES = ["transformers", "datasets", "evaluate", "dill", "multiprocess"]
+# liger-kernel (for the benchmark's `loss` measurement): a pure-Python wheel of Triton kernels, which imports with the
+# torch and Triton of a CUDA build of PyTorch.
+PACKAGES = ["transformers", "datasets", "evaluate", "dill", "multiprocess", "liger-kernel"]
 OPTIONAL_PACKAGES = ["ctranslate2"]  # 43 MB, and its CUDA build needs CUDA 12's cuBLAS (libcublas.so.12)
 # pip's platform tags for wheels that install on any x86-64 Linux with glibc 2.17 or newer.
 PLATFORMS = ["manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64"]

@@ -42,7 +42,7 @@ from transformers.modeling_outputs import (
 )
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS, PreTrainedModel
 from transformers.processing_utils import Unpack
-from transformers.utils import TransformersKwargs, can_return_tuple
+from transformers.utils import TransformersKwargs, can_return_tuple, is_torchdynamo_compiling
 from transformers.utils.generic import merge_with_config_defaults
 from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
@@ -551,14 +551,52 @@ class VanillaTransformerModel(VanillaTransformerPreTrainedModel):
         return VanillaTransformerEncoderOutput(**encoder_outputs, padding_mask=padding_mask)
 
 
+LOSS_CHUNK_ROWS = 2048  # rows of logits per float32 chunk of the loss
+
+
+class ChunkedCrossEntropy(torch.autograd.Function):
+    """`nn.functional.cross_entropy(logits.float(), labels, reduction="sum", label_smoothing=...)`, in float32 one
+    chunk of rows at a time: a float32 copy of all (n, v) logits, its log-softmax and their gradients would take
+    several times the memory of the logits themselves. The forward keeps each row's logsumexp; the backward
+    recomputes the softmax chunk by chunk and writes the gradient in the logits' dtype."""
+
+    @staticmethod
+    def forward(ctx, logits, labels, smoothing):  # (n, v), (n,) with -100 where there is no target
+        keep, targets = labels != -100, labels.clamp(min=0)[:, None]
+        lse = logits.new_empty(len(labels), dtype=torch.float32)
+        losses = torch.empty_like(lse)
+        for rows in (slice(i, i + LOSS_CHUNK_ROWS) for i in range(0, len(labels), LOSS_CHUNK_ROWS)):
+            z = logits[rows].float()
+            lse[rows] = z.logsumexp(-1)
+            nll, smooth = lse[rows] - z.gather(-1, targets[rows]).squeeze(-1), lse[rows] - z.mean(-1)
+            losses[rows] = (1 - smoothing) * nll + smoothing * smooth
+        ctx.save_for_backward(logits, keep, targets, lse)
+        ctx.smoothing = smoothing
+        return torch.where(keep, losses, 0.0).sum()
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad):  # softmax(z) - (1 - smoothing) * onehot(label) - smoothing / v, 0 without a target
+        logits, keep, targets, lse = ctx.saved_tensors
+        grad_logits, scale, smoothing = torch.empty_like(logits), (grad * keep)[:, None], ctx.smoothing
+        for rows in (slice(i, i + LOSS_CHUNK_ROWS) for i in range(0, len(targets), LOSS_CHUNK_ROWS)):
+            g = (logits[rows].float() - lse[rows, None]).exp_().sub_(smoothing / logits.shape[-1])
+            g.scatter_add_(-1, targets[rows], g.new_full(targets[rows].shape, smoothing - 1))
+            grad_logits[rows] = g.mul_(scale[rows])
+        return grad_logits, None, None
+
+
 def token_cross_entropy(logits: torch.Tensor, labels: torch.Tensor, num_items_in_batch, config) -> torch.Tensor:
     """Token-level cross-entropy, label smoothed by `config.label_smoothing`, over the targets that are not -100,
     divided by `num_items_in_batch` (passed by `Trainer`: the target count of the whole accumulated batch, so that
     gradient accumulation gives the update of one large batch), else by the batch's target count (at least 1)."""
     logits, labels = logits.reshape(-1, logits.shape[-1]), labels.flatten().to(logits.device)
-    loss = nn.functional.cross_entropy(
-        logits.float(), labels, ignore_index=-100, reduction="sum", label_smoothing=config.label_smoothing
-    )
+    if is_torchdynamo_compiling():  # inductor fuses the plain loss; the chunk loop would recompile for every n
+        loss = nn.functional.cross_entropy(
+            logits.float(), labels, ignore_index=-100, reduction="sum", label_smoothing=config.label_smoothing
+        )
+    else:
+        loss = ChunkedCrossEntropy.apply(logits, labels, config.label_smoothing)
     if num_items_in_batch is None:
         num_items_in_batch = (labels != -100).sum().clamp(min=1)
     elif torch.is_tensor(num_items_in_batch):

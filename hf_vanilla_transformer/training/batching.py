@@ -133,12 +133,13 @@ def accumulation_steps_for(tokens_per_update: int, target_tokens: int, batches: 
 
 
 # Bytes per padded token (one source and one target token) that a training step keeps for its backward pass, in
-# bf16 autocast: per layer, per model dimension and per feed-forward unit, and per vocabulary entry for the loss (its
-# float32 log-probabilities, and in the backward pass their gradient and the half-precision logits and gradient).
-# Measured on the CPU from the tensors autograd saves (tests/training/test_batching.py checks them against a model);
-# an H100 trained the base model at 25,400 target tokens in 21.4 GB, about 10% under this estimate.
+# bf16 autocast: per layer, per model dimension and per feed-forward unit, and per vocabulary entry for the loss (the
+# half-precision logits it keeps, and in the backward pass their gradient; its float32 work is one chunk of rows at a
+# time). Measured on the CPU from the tensors autograd saves (tests/training/test_batching.py checks them against a
+# model). An H100 trained the base model at 25,400 target tokens in 21.4 GB when the loss still kept a float32 copy
+# of the logits (12 more bytes per vocabulary entry than now).
 SAVED_BYTES = {"embedding_per_dim": 10, "encoder_per_dim": 28, "decoder_per_dim": 48, "per_ffn_unit": 2}
-LOSS_BYTES_PER_VOCABULARY_ENTRY = 16
+LOSS_BYTES_PER_VOCABULARY_ENTRY = 4
 # Per parameter: float32 weights, gradients and AdamW's two moments, and autocast's half-precision copy.
 BYTES_PER_PARAMETER = 18
 # The share of free memory the batch may take: the rest absorbs the allocator's fragmentation, the compiled kernels'
@@ -148,8 +149,7 @@ MEMORY_SHARE = 0.8
 
 def training_bytes_per_token(config, half_precision: bool = True) -> int:
     """Peak bytes per padded token (one source and one target token) of a training step of an encoder-decoder
-    `config` (d_model, ffn dims, layer counts, vocabulary as transformers names them); float32 doubles the
-    activations."""
+    `config` (d_model, ffn dims, layer counts, vocabulary as transformers names them); float32 doubles them."""
     d = config.d_model
     encoder = config.encoder_layers * (
         SAVED_BYTES["encoder_per_dim"] * d + SAVED_BYTES["per_ffn_unit"] * config.encoder_ffn_dim
@@ -157,8 +157,8 @@ def training_bytes_per_token(config, half_precision: bool = True) -> int:
     decoder = config.decoder_layers * (
         SAVED_BYTES["decoder_per_dim"] * d + SAVED_BYTES["per_ffn_unit"] * config.decoder_ffn_dim
     )
-    activations = (SAVED_BYTES["embedding_per_dim"] * d + encoder + decoder) * (1 if half_precision else 2)
-    return activations + LOSS_BYTES_PER_VOCABULARY_ENTRY * config.vocab_size
+    loss = LOSS_BYTES_PER_VOCABULARY_ENTRY * config.vocab_size
+    return (SAVED_BYTES["embedding_per_dim"] * d + encoder + decoder + loss) * (1 if half_precision else 2)
 
 
 def auto_max_tokens(

@@ -1,5 +1,5 @@
-"""Training steps on CUDA: bf16 and fp16 autocast (as `--bf16` / `--fp16` train) finite and close to float32, and as
-few host synchronisations per step as the CPU test counts."""
+"""Training steps on CUDA: bf16 and fp16 autocast (as `--bf16` / `--fp16` train) finite and close to float32, as
+few host synchronisations per step as the CPU test counts, and the chunked loss equal to torch's."""
 
 import warnings
 
@@ -7,7 +7,9 @@ import pytest
 import torch
 
 from hf_vanilla_transformer import VanillaTransformerForConditionalGeneration
+from hf_vanilla_transformer.model import modeling_vanilla_transformer
 from tests.helpers import CUDA_TESTS, HOST_READS_PER_TRAINING_STEP, random_batch, require_bf16, tiny_config
+from tests.model.test_loss import loss_and_gradient, ours, reference
 
 
 pytestmark = CUDA_TESTS
@@ -71,3 +73,19 @@ def test_a_training_step_synchronises_with_the_host_as_often_as_the_cpu_test_cou
     # Only the per-operation warnings: torch also warns once per process that the mode is a prototype.
     syncs = [str(w.message) for w in caught if "called a synchronizing CUDA operation" in str(w.message)]
     assert len(syncs) == HOST_READS_PER_TRAINING_STEP, syncs
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+def test_the_chunked_loss_is_torchs_cross_entropy_on_cuda(dtype, monkeypatch):
+    """The model's loss against `cross_entropy(logits.float(), ...)` in value and gradient, over chunks of 64 rows."""
+    if dtype == torch.bfloat16:
+        require_bf16()
+    monkeypatch.setattr(modeling_vanilla_transformer, "LOSS_CHUNK_ROWS", 64)
+    g = torch.Generator("cuda").manual_seed(0)
+    logits = (4 * torch.randn(300, 1000, generator=g, device="cuda")).to(dtype)
+    labels = torch.randint(0, 1000, (300,), generator=g, device="cuda")
+    labels[::7] = -100
+    loss, grad = loss_and_gradient(ours, logits, labels, None, 0.1)
+    expected_loss, expected_grad = loss_and_gradient(reference, logits, labels, None, 0.1)
+    torch.testing.assert_close(loss, expected_loss, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(grad, expected_grad, atol=1e-7, rtol=1e-5 if dtype == torch.float32 else 2**-7)
