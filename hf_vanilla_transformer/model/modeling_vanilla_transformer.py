@@ -580,9 +580,9 @@ class ChunkedCrossEntropy(torch.autograd.Function):
         logits, keep, targets, lse = ctx.saved_tensors
         grad_logits, scale, smoothing = torch.empty_like(logits), (grad * keep)[:, None], ctx.smoothing
         for rows in (slice(i, i + LOSS_CHUNK_ROWS) for i in range(0, len(targets), LOSS_CHUNK_ROWS)):
-            g = (logits[rows].float() - lse[rows, None]).exp_().sub_(smoothing / logits.shape[-1])
-            g.scatter_add_(-1, targets[rows], g.new_full(targets[rows].shape, smoothing - 1))
-            grad_logits[rows] = g.mul_(scale[rows])
+            p = (logits[rows] - lse[rows, None]).exp_()  # float32: the softmax
+            p.scatter_add_(-1, targets[rows], p.new_full(targets[rows].shape, smoothing - 1))
+            torch.addcmul(scale[rows] * (-smoothing / logits.shape[-1]), p, scale[rows], out=grad_logits[rows])
         return grad_logits, None, None
 
 
