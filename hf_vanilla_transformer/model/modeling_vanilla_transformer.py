@@ -296,7 +296,7 @@ class VanillaTransformerPreTrainedModel(PreTrainedModel):
         # transformers maps only the saved class in `auto_map`; a folder saved by either seq2seq class also loads with
         # the other's Auto class and the translation pipeline (`custom_pipelines`) where the package is not installed.
         if self._auto_class in ("AutoModel", "AutoModelForSeq2SeqLM"):
-            from .pipeline_translation import CUSTOM_PIPELINES  # the pipeline file imports the configuration's
+            from .pipeline_translation import CUSTOM_PIPELINES  # not at load: it imports transformers' pipelines
 
             module = type(self).__module__.rsplit(".", 1)[-1]
             seq2seq = (VanillaTransformerModel, VanillaTransformerForConditionalGeneration)
