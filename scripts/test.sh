@@ -4,6 +4,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh --dev
-.venv/bin/python -m pytest -q
+.venv/bin/python -m pytest -q --durations=25
 bash scripts/setup.sh --dev --floor
-.venv-floor/bin/python -m pytest -q -m "not slow"
+.venv-floor/bin/python -m pytest -q -m "not slow" --durations=25

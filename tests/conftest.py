@@ -1,4 +1,5 @@
-"""Settings for every test: offline (tests never reach the Hugging Face Hub), and a fixed seed per test.
+"""Settings for every test: offline (tests never reach the Hugging Face Hub), one torch thread, and a fixed seed per
+test.
 
 Shared helpers live in `tests/helpers.py`; nothing imports this file.
 """
@@ -12,6 +13,12 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
+
+
+# One torch thread in the test process (commands run in new processes keep torch's default): the suite's models are
+# tiny, so a second thread gains nothing, and on a CPU shared with other work each operation's idle threads spin (a
+# training test of one second took 80 seconds beside another busy process). tests.helpers.one_thread says the same.
+torch.set_num_threads(1)
 
 
 @pytest.fixture(autouse=True)

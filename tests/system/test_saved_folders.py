@@ -27,12 +27,12 @@ from transformers import (
 )
 from transformers.utils import PushToHubMixin
 
-from hf_vanilla_transformer import TranslationPipeline, VanillaTransformerForConditionalGeneration
+from hf_vanilla_transformer import TranslationPipeline, VanillaTransformerForConditionalGeneration, cli
 from hf_vanilla_transformer.data.folders import load_translation_model
 from hf_vanilla_transformer.data.saved_code import CODE_FILES, upgrade_folder
 from hf_vanilla_transformer.hub.publish import stage_for_hub
 from hf_vanilla_transformer.model.modeling_vanilla_transformer import CACHE_NAME
-from tests.helpers import ROOT, SENTENCES, run_command, run_without_package, tiny_config, tiny_tokenizer
+from tests.helpers import ROOT, SENTENCES, run_without_package, tiny_config, tiny_tokenizer
 
 
 SOURCES = ["Ich habe Hunger.", "Wo ist der Bahnhof?", ""]
@@ -239,14 +239,15 @@ def test_a_folder_saved_before_the_rehousing_loads_without_the_package_with_its_
     assert outputs["pipeline"]
 
 
-def test_upgrade_folder_gives_an_old_folder_this_versions_code_and_keeps_its_weights(tmp_path, caplog):
+# The command runs in this process (cli.main, as the console script calls it): a process of its own would only add
+# its start-up; tests/system/test_first_run.py checks how the console script ends a run.
+def test_upgrade_folder_gives_an_old_folder_this_versions_code_and_keeps_its_weights(tmp_path, caplog, capsys):
     folder = shutil.copytree(FIXTURE, tmp_path / "saved")
     weights = (folder / "model.safetensors").read_bytes()
     with caplog.at_level("WARNING"):
         load_translation_model(str(folder))
     assert f"hf-vanilla-transformer upgrade-folder {folder}" in caplog.text  # the old code is named, with the cure
-    done = run_command("upgrade-folder", str(folder))
-    assert done.returncode == 0, done.stderr
+    assert cli.main(["upgrade-folder", str(folder)]) == 0, capsys.readouterr().err
     for name in CODE_FILES:
         assert (folder / name).read_bytes() == (ROOT / "hf_vanilla_transformer" / "model" / name).read_bytes(), name
     assert (folder / "model.safetensors").read_bytes() == weights
@@ -261,7 +262,7 @@ def test_upgrade_folder_gives_an_old_folder_this_versions_code_and_keeps_its_wei
     assert fixture_outputs_here()["greedy"] == EXPECTED["greedy_ids"]
 
 
-def test_upgrade_folder_refuses_a_folder_of_another_model(tmp_path):
+def test_upgrade_folder_refuses_a_folder_of_another_model(tmp_path, capsys):
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "marian"}))
-    done = run_command("upgrade-folder", str(tmp_path))
-    assert done.returncode == 2 and "not a folder of this package's model" in done.stderr
+    assert cli.main(["upgrade-folder", str(tmp_path)]) == 2
+    assert "not a folder of this package's model" in capsys.readouterr().err
