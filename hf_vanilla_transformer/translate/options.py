@@ -43,9 +43,9 @@ class TranslateOptions:
         "engine",
         "auto",
         "PyTorch: decode through a static key/value cache whose decoding step transformers compiles (torch.compile, "
-        "CUDA graphs; on a GPU only: on a CPU the static cache runs uncompiled). auto: on a GPU, when the process "
-        "translates enough to repay the compilation (a service, translate-corpus, translate with an input of "
-        "50,000 lines or more; see docs/translate.md)",
+        "CUDA graphs; on a GPU only: on a CPU the static cache runs uncompiled). auto: on a GPU, where the process is "
+        "known to translate enough to repay the compilation (an input of 50,000 lines or more, or a translate-corpus "
+        "worker's share of as many; not a service); see docs/translate.md",
         choices=("auto", "always", "never"),
     )
     threads: int | None = option(
