@@ -113,17 +113,6 @@ DEMO_SENTENCES = ["Wo ist der Bahnhof?", "Ich habe heute keine Zeit.", "Das Wett
 _FOLDER = tempfile.TemporaryDirectory(prefix="tiny-translator-")  # removed when the test process exits
 
 
-@contextlib.contextmanager
-def one_thread():
-    """Run torch on one thread: tiny models gain nothing from more, and on a busy machine extra threads spin idle."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)
-
-
 def short_pairs(limit: int = 2000, max_words: int = 6) -> list[tuple[str, str]]:
     pairs = []
     with open(BUNDLED_CORPUS / "train.jsonl", encoding="utf-8") as f:
@@ -139,8 +128,7 @@ def short_pairs(limit: int = 2000, max_words: int = 6) -> list[tuple[str, str]]:
 @functools.cache
 def tiny_translator_dir(steps: int = 60) -> Path:
     """A saved model folder (weights, config, tokenizer) trained with Adam for `steps` batches of 32 short pairs."""
-    with one_thread():
-        return _train(steps)
+    return _train(steps)
 
 
 def _train(steps: int) -> Path:
@@ -432,11 +420,10 @@ def serving_model_dir() -> Path:
     batch = tokenizer(german, text_target=english, padding=True, return_tensors="pt")
     labels = batch["labels"].masked_fill(batch["labels"] == tokenizer.pad_token_id, -100)
     optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
-    with one_thread():
-        for _ in range(80):
-            model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], labels=labels).loss.backward()
-            optimizer.step()
-            optimizer.zero_grad()
+    for _ in range(80):
+        model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], labels=labels).loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
     model.generation_config = config.paper_generation_config(max_length=24)
     languages = dict(source_lang="de", target_lang="en", max_source_length=None, max_target_length=None)
     record_trained_on(model.generation_config, SimpleNamespace(**languages))

@@ -1,16 +1,10 @@
-"""The demos' shared fixtures: one torch thread (tiny models gain nothing from more), the trained tiny translator
-both pages serve, and that model loaded apart from the pages to compute what they must answer."""
+"""The demos' shared fixtures: the trained tiny translator both pages serve, and that model loaded apart from the
+pages to compute what they must answer."""
 
 import pytest
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
-from tests.helpers import one_thread, tiny_translator_dir
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    with one_thread():
-        yield
+from tests.helpers import tiny_translator_dir
 
 
 @pytest.fixture(scope="module")

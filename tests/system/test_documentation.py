@@ -24,7 +24,6 @@ from tests.helpers import (
     SENTENCES,
     SMALL_TRANSLATOR,
     ServerProcess,
-    one_thread,
     run_without_package,
     tiny_tokenizer,
 )
@@ -161,8 +160,7 @@ def test_every_python_snippet_in_the_documentation_runs_as_written(code, world, 
     monkeypatch.chdir(world)
     given = dict(COMMIT=COMMIT, tutorial=tutorial_model(), PAD_IDX=1, BOS_IDX=2, EOS_IDX=3)
     try:
-        with one_thread():
-            exec(compile(code, "snippet", "exec"), {"__name__": "snippet", **given})
+        exec(compile(code, "snippet", "exec"), {"__name__": "snippet", **given})
     finally:
         ray = sys.modules.get("ray")
         if ray is not None and ray.is_initialized():  # a Ray Data snippet starts a local Ray of its own

@@ -11,7 +11,7 @@ from transformers import StoppingCriteria
 from hf_vanilla_transformer import VanillaTransformerForConditionalGeneration
 from hf_vanilla_transformer.errors import InputError
 from hf_vanilla_transformer.translate.decoding import check_settings, decode
-from tests.helpers import SENTENCES, one_thread, tiny_config, tiny_tokenizer
+from tests.helpers import SENTENCES, tiny_config, tiny_tokenizer
 
 
 TOKENIZER = tiny_tokenizer()
@@ -40,11 +40,10 @@ def model():
     batch = TOKENIZER(SENTENCES[0::2], text_target=SENTENCES[1::2], padding=True, return_tensors="pt")
     batch["labels"][batch["labels"] == TOKENIZER.pad_token_id] = -100
     optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
-    with one_thread():
-        for _ in range(80):
-            model(**batch).loss.backward()
-            optimizer.step()
-            optimizer.zero_grad()
+    for _ in range(80):
+        model(**batch).loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
     return model.eval()
 
 
@@ -73,7 +72,7 @@ PROCESSORS = [
 def assert_same_hypotheses(model, config, limits):
     batch = TOKENIZER(TEXTS, return_tensors="pt", padding=True, return_token_type_ids=False)
     nbest = config.num_return_sequences or 1
-    with one_thread(), torch.no_grad():
+    with torch.no_grad():
         expected = model.generate(
             **batch,
             generation_config=config,

@@ -20,16 +20,10 @@ from hf_vanilla_transformer.data.trained_on import TrainedOn, record_trained_on,
 from hf_vanilla_transformer.errors import InputError
 from hf_vanilla_transformer.model.pipeline_translation import max_source_length
 from hf_vanilla_transformer.translate.translator import load_translator, translate_file, translate_lines
-from tests.helpers import PAIRS, ROOT, TINY_MODEL, one_thread, run_training, tiny_config, tiny_tokenizer, write_jsonl
+from tests.helpers import PAIRS, ROOT, TINY_MODEL, run_training, tiny_config, tiny_tokenizer, write_jsonl
 
 
 FIXTURE = ROOT / "tests" / "fixtures" / "saved-0.1.0"  # saved by the code before the record existed
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    with one_thread():
-        yield
 
 
 def save(folder: Path, model, tokenizer=None) -> Path:

@@ -23,7 +23,7 @@ from hf_vanilla_transformer.data.trained_on import TrainedOn, record_trained_on
 from hf_vanilla_transformer.training.metrics import corpus_scores
 from hf_vanilla_transformer.translate.sentences import split_sentences
 from hf_vanilla_transformer.translate.translator import load_translator, translate_lines
-from tests.helpers import SMALL_TRANSLATOR, one_thread
+from tests.helpers import SMALL_TRANSLATOR
 
 
 pytestmark = pytest.mark.slow  # training, exports
@@ -47,11 +47,10 @@ def model_dir(tmp_path_factory):
     batch = tokenizer([de for de, _ in pairs], text_target=[en for _, en in pairs], padding=True, return_tensors="pt")
     batch["labels"][batch["labels"] == tokenizer.pad_token_id] = -100
     optimizer = torch.optim.Adam(model.parameters(), lr=3e-3, betas=(0.9, 0.98))
-    with one_thread():
-        for _ in range(300):
-            model(**batch).loss.backward()
-            optimizer.step()
-            optimizer.zero_grad()
+    for _ in range(300):
+        model(**batch).loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
     model.eval().generation_config = config.paper_generation_config()
     record_trained_on(model.generation_config, TrainedOn("de", "en", 64, 64))
     folder = tmp_path_factory.mktemp("memorized")
@@ -71,11 +70,10 @@ def bleu(hypothesis: str, reference: str) -> float:
 
 def test_a_paragraph_translates_as_well_as_its_sentences_one_per_line(model_dir, translator):
     paragraph, references = " ".join(pair["de"] for pair in SHORT), " ".join(pair["en"] for pair in SHORT)
-    with one_thread():
-        per_line = " ".join(t.hypotheses[0].text for t in translate_lines([pair["de"] for pair in SHORT], translator))
-        (whole,) = translate_lines([paragraph], translator)
-        as_one = load_translator(str(model_dir), device="cpu", split_sentences=False)
-        (unsplit,) = translate_lines([paragraph], as_one)
+    per_line = " ".join(t.hypotheses[0].text for t in translate_lines([pair["de"] for pair in SHORT], translator))
+    (whole,) = translate_lines([paragraph], translator)
+    as_one = load_translator(str(model_dir), device="cpu", split_sentences=False)
+    (unsplit,) = translate_lines([paragraph], as_one)
     sentences = len(split_sentences(references, "en"))
     assert abs(len(split_sentences(whole.hypotheses[0].text, "en")) - sentences) <= 2
     assert bleu(per_line, references) > 90  # the model knows these sentences
@@ -95,32 +93,31 @@ def test_the_longest_sentences_come_back_whole_through_every_documented_route(mo
 
     sources, references = [pair["de"] for pair in LONGEST], [pair["en"] for pair in LONGEST]
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    with one_thread():
-        ours = list(translate_lines(sources, translator))
-        expected = [t.hypotheses[0].text for t in ours]
-        assert all(not t.hypotheses[0].reached_length_limit for t in ours)
-        assert min(len(t.hypotheses[0].tokens) for t in ours) > 20
-        assert corpus_scores(expected, references)["bleu"] > 90
+    ours = list(translate_lines(sources, translator))
+    expected = [t.hypotheses[0].text for t in ours]
+    assert all(not t.hypotheses[0].reached_length_limit for t in ours)
+    assert min(len(t.hypotheses[0].tokens) for t in ours) > 20
+    assert corpus_scores(expected, references)["bleu"] > 90
 
-        # CTranslate2, as the documentation's snippet does it: options for each batch's longest source.
-        ct2_folder = export_ctranslate2(model_dir, tmp_path / "ct2")
-        ct2 = ctranslate2.Translator(str(ct2_folder), device="cpu", intra_threads=1)
-        generation_config = GenerationConfig.from_pretrained(ct2_folder)
-        # Without the source length, the model's positions bound the length: no silent 19-token limit.
-        assert translate_options(generation_config)["max_decoding_length"] == generation_config.max_length - 1 > 19
-        tokens = [tokenizer.convert_ids_to_tokens(ids) for ids in tokenizer(sources).input_ids]
-        results = ct2.translate_batch(tokens, **translate_options(generation_config, max(map(len, tokens))))
-        ids = [tokenizer.convert_tokens_to_ids(result.hypotheses[0]) for result in results]
-        assert tokenizer.batch_decode(ids, skip_special_tokens=True) == expected
+    # CTranslate2, as the documentation's snippet does it: options for each batch's longest source.
+    ct2_folder = export_ctranslate2(model_dir, tmp_path / "ct2")
+    ct2 = ctranslate2.Translator(str(ct2_folder), device="cpu", intra_threads=1)
+    generation_config = GenerationConfig.from_pretrained(ct2_folder)
+    # Without the source length, the model's positions bound the length: no silent 19-token limit.
+    assert translate_options(generation_config)["max_decoding_length"] == generation_config.max_length - 1 > 19
+    tokens = [tokenizer.convert_ids_to_tokens(ids) for ids in tokenizer(sources).input_ids]
+    results = ct2.translate_batch(tokens, **translate_options(generation_config, max(map(len, tokens))))
+    ids = [tokenizer.convert_tokens_to_ids(result.hypotheses[0]) for result in results]
+    assert tokenizer.batch_decode(ids, skip_special_tokens=True) == expected
 
-        # translate --backend ctranslate2
-        backend = load_translator(str(model_dir), backend="ctranslate2", device="cpu")
-        assert [t.hypotheses[0].text for t in translate_lines(sources, backend)] == expected
+    # translate --backend ctranslate2
+    backend = load_translator(str(model_dir), backend="ctranslate2", device="cpu")
+    assert [t.hypotheses[0].text for t in translate_lines(sources, backend)] == expected
 
-        # The MarianMT export with plain transformers, and the pipeline.
-        marian = MarianMTModel.from_pretrained(export_marian(model_dir, tmp_path / "marian")).eval()
-        with torch.no_grad():
-            generated = marian.generate(**tokenizer(sources, return_tensors="pt", padding=True))
-        assert tokenizer.batch_decode(generated, skip_special_tokens=True) == expected
-        translate = pipeline("translation", model=str(model_dir), device="cpu")
-        assert [r["translation_text"] for r in translate(sources, batch_size=4)] == expected
+    # The MarianMT export with plain transformers, and the pipeline.
+    marian = MarianMTModel.from_pretrained(export_marian(model_dir, tmp_path / "marian")).eval()
+    with torch.no_grad():
+        generated = marian.generate(**tokenizer(sources, return_tensors="pt", padding=True))
+    assert tokenizer.batch_decode(generated, skip_special_tokens=True) == expected
+    translate = pipeline("translation", model=str(model_dir), device="cpu")
+    assert [r["translation_text"] for r in translate(sources, batch_size=4)] == expected

@@ -16,16 +16,10 @@ from hf_vanilla_transformer.translate.backends import COMPILE_MIN_LINES, uses_st
 from hf_vanilla_transformer.translate.io import InputError
 from hf_vanilla_transformer.translate.options import TranslateOptions
 from hf_vanilla_transformer.translate.translator import load_translator
-from tests.helpers import one_thread, tiny_translator_dir
+from tests.helpers import tiny_translator_dir
 
 
 CPU, CUDA = torch.device("cpu"), torch.device("cuda")
-
-
-@pytest.fixture(scope="module", autouse=True)
-def single_thread():
-    with one_thread():
-        yield
 
 
 @pytest.fixture(scope="module")

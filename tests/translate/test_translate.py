@@ -39,15 +39,6 @@ GERMAN, ENGLISH = SENTENCES[0::2], SENTENCES[1::2]
 LINES = [*GERMAN, "", "Tom hat Hunger.", "Wo ist Tom?", "   ", "Das ist schön.", "Wer ist hier?", "Ich", "Hunger"]
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Tiny models gain nothing from threads, and on a busy machine extra OpenMP threads lose a lot."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory):
     """A tiny model trained to translate the six German sentences (80 Adam steps, ~1 s), decoding with the paper's
