@@ -266,7 +266,10 @@ def tests(run: Run) -> None:
     """The CUDA tests, with each test's outcome (and a skip's or a failure's message) from pytest's JUnit XML, or from
     its verbose output when it was stopped before writing that."""
     xml = run.work_dir / "tests.xml"
-    argv = [sys.executable, "-m", "pytest", "tests/gpu", "-m", "cuda", "-v", "-rA", f"--junitxml={xml}"]
+    # In this process, one test at a time on the one GPU: without the suite's worker processes (pytest-xdist, which
+    # the machine need not have).
+    argv = [sys.executable, "-m", "pytest", "-o", "addopts=", "-p", "no:cacheprovider", "tests/gpu", "-m", "cuda"]
+    argv += ["-v", "-rA", f"--junitxml={xml}"]
     part = run.command("tests", "tests", argv)
     try:
         run.results["tests"] = test_outcomes(xml)
