@@ -20,6 +20,7 @@ from pathlib import Path
 import torch
 from transformers import TrainerCallback
 
+from hf_vanilla_transformer.cli import cuda_defaults
 from hf_vanilla_transformer.recipes import translation
 
 from .benchmark import pair_flops
@@ -166,6 +167,7 @@ def main(argv=None) -> int:
     parser.add_argument("recipe", nargs=argparse.REMAINDER, help="-- then the options of `train translation`")
     args = parser.parse_args(argv)
     recipe = args.recipe[1:] if args.recipe[:1] == ["--"] else args.recipe
+    cuda_defaults()  # as the command's own process starts
     translation.TranslationTrainer = probed_trainer(args.probe, args.warmup_steps)
     return translation.main(recipe)
 

@@ -1,9 +1,6 @@
 """What the three heads' recipes share: the paper's optimizer and schedule, the demo model's sizes, sizes and a
 tokenizer -> a configuration, and the argument parsing of `hf-vanilla-transformer train ...`."""
 
-import os
-
-import torch
 from huggingface_hub.errors import StrictDataclassError
 from transformers import HfArgumentParser, MarianConfig, PreTrainedConfig
 
@@ -121,18 +118,6 @@ class RecipeArgumentParser(OneLineErrors, HfArgumentParser):
     """`HfArgumentParser` (the recipe's dataclasses and every `TrainingArguments` option) with one-line errors."""
 
 
-# A user's own settings of torch's memory allocator: any of these variables leaves it as the user set it.
-ALLOCATOR_VARIABLES = ("PYTORCH_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_HIP_ALLOC_CONF")
-
-
-def expandable_cuda_segments() -> None:
-    """Training batches change shape at every step, and CUDA's caching allocator keeps segments of every size it met
-    (on an H100, the paper's base model reserved three times the memory its steps allocated); expandable segments grow
-    in place instead. torch reads the setting when CUDA starts, so this runs before anything touches the GPU."""
-    if torch.cuda.is_available() and not any(os.environ.get(name) for name in ALLOCATOR_VARIABLES):
-        os.environ["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"
-
-
 def parse_recipe_arguments(dataclass_types, defaults: dict, argv: list[str] | None, prog: str, description: str):
     """The recipe's dataclasses parsed from `argv`, with `defaults` in place of the dataclasses' own."""
     parser = RecipeArgumentParser(dataclass_types, prog=prog, description=description)
@@ -150,7 +135,6 @@ __all__ = [
     "DEMO_TRAINING",
     "PAPER_OPTIMIZER",
     "expand_sizes",
-    "expandable_cuda_segments",
     "model_config_for",
     "parse_recipe_arguments",
     "single_stack_config",

@@ -36,7 +36,7 @@ from ..model.modeling_vanilla_transformer import VanillaTransformerForCausalLM
 from ..training.checkpoints import FileModesCallback, save_model
 from ..training.progress import TrainingProgressCallback
 from ..training.report import run_report, write_run_report
-from .common import DEMO_TRAINING, expandable_cuda_segments, parse_recipe_arguments, single_stack_config
+from .common import DEMO_TRAINING, parse_recipe_arguments, single_stack_config
 
 
 def train_language_model_tokenizer(
@@ -153,7 +153,6 @@ DEMO_DEFAULTS = dict(
 
 
 def main(argv: list[str] | None = None, prog: str = "hf-vanilla-transformer train language-modeling") -> int:
-    expandable_cuda_segments()
     defaults = dict(DEMO_DEFAULTS, dataloader_pin_memory=torch.cuda.is_available())
     args, training_args = parse_recipe_arguments(
         (LanguageModelArguments, TrainingArguments), defaults, argv, prog, __doc__.split("\n\n")[0]

@@ -59,7 +59,6 @@ from .common import (
     DEMO_SIZES,
     DEMO_TRAINING,
     expand_sizes,
-    expandable_cuda_segments,
     model_config_for,
     parse_recipe_arguments,
     tokenizer_fields,
@@ -443,7 +442,6 @@ def build_model(model_args, tokenizer):
 
 
 def main(argv: list[str] | None = None, prog: str = "hf-vanilla-transformer train translation") -> int:
-    expandable_cuda_segments()
     model_args, data_args, recipe_args, training_args = parse_args(argv, prog)
     logging.basicConfig(
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
