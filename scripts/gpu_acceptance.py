@@ -68,8 +68,11 @@ BUDGETS = {
 # (1.5-2.5 minutes) and the compilations of the training step last (about a minute each on an H100 host). The dry run
 # leaves them out (minutes on a CPU), and the big size (the tiny size again).
 BENCHMARK = {
-    "gpu": (["base-ours", "base-marian", "decoding"], ["loss", "big-ours", "base-compiled", "big-compiled"]),
-    "dry_run": (["base-ours", "base-marian", "decoding", "standard"], []),
+    "gpu": (
+        ["base-ours", "base-marian", "attention", "decoding"],
+        ["loss", "big-ours", "base-compiled", "big-compiled"],
+    ),
+    "dry_run": (["base-ours", "base-marian", "attention", "decoding", "standard"], []),
 }
 # The training runs: the recipe's options for each model, and the steps of its first and resumed run. Every run also
 # gets RECIPE_OPTIONS: bf16, no evaluation during training (one at the end, on EVALUATION pairs), no progress bars in
@@ -558,6 +561,16 @@ def benchmark_section(data: dict) -> list[str]:
             f"{compiled['greedy_tokens_per_s']:,.0f} greedy tok/s against "
             f"{compiled['uncompiled_greedy_tokens_per_s']:,.0f} uncompiled (same bf16 weights); compilation "
             f"{compiled['compile_seconds']:.0f} s; identical rows {compiled['identical_rows']}.",
+        ]
+    kernels = [
+        f"{backend} {1e3 * a['seconds']:.2f} ms per call at length {a['length']}, the first call at a new length "
+        f"{1e3 * a['first_call_seconds']:.1f} ms (at most {1e3 * a['first_call_most']:.1f})"
+        for backend, a in data.get("attention", {}).items()
+    ]
+    if kernels:
+        lines += [
+            "",
+            f"Self-attention with a padding mask, forward and backward, by SDPA kernel: {'; '.join(kernels)}.",
         ]
     lines += [""] + [
         f"- {'PASS' if t['passed'] else 'FAIL'}: {t['target']}: {t['value']:.2f}" for t in data.get("targets", [])

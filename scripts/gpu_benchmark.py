@@ -15,6 +15,11 @@ calls can split them around other work):
   model's uncompiled greedy generation at batch COMPILED_BATCH, with a profile of one compiled call;
 - `standard`: the benchmark's own workload (`scripts.benchmark`): training at its batch of 32 pairs, greedy and
   beam-4 generation, ours and MarianMTModel; and CTranslate2 on CUDA where its wheel runs;
+- `attention`: self-attention with a padding mask alone, forward and backward in bf16, through each of torch's
+  attention kernels that takes a mask (ATTENTION_BACKENDS; cuDNN's is the one torch tries first on Hopper and
+  Blackwell GPUs): seconds per call at the paper's batch, and the first call at each of ATTENTION["new_lengths"], where
+  cuDNN builds an execution plan. The package's commands take cuDNN's kernel out of first place
+  (`hf_vanilla_transformer.cli.CUDA_DEFAULTS`); this says what that costs at one shape and saves at every new one;
 - `loss`: the output projection and the loss alone, forward and backward, at the paper's batch (LOSS_SHAPE: 25,000
   target tokens, bf16 hidden states and weight), seconds and peak memory beyond the inputs (`scripts.loss_benchmark`):
   the loss the model used to compute (a float32 copy of all logits), `token_cross_entropy` (float32 one chunk of rows
@@ -27,6 +32,7 @@ most of its time), for CI.
 """
 
 import argparse
+import functools
 import json
 import os
 import re
@@ -72,6 +78,7 @@ RUNS = {  # the GPU run, and the dry run that checks the same steps on a CPU in 
         fresh=True,
         threads=os.cpu_count(),
         loss_shape=dict(rows=25000, vocab=37000, d_model=512),
+        attention=dict(batch=1024, heads=8, head_dim=64, length=32, new_lengths=tuple(range(17, 25))),
     ),
     # One thread: on a busy machine with few cores, a second one spin-waits and makes each step ten times slower.
     "dry_run": dict(
@@ -83,13 +90,16 @@ RUNS = {  # the GPU run, and the dry run that checks the same steps on a CPU in 
         fresh=False,
         threads=1,
         loss_shape=dict(rows=100, vocab=300, d_model=32),
+        attention=dict(batch=4, heads=2, head_dim=16, length=8, new_lengths=(5, 6)),
     ),  # fmt: skip
 }
 # Every measurement, in the order of a full run: what the targets need first, the compilations of the big size last.
 DECODING = "ours-static-compiled"  # the decoding measurement's row
 TRAINING_SYSTEMS = {"ours": OURS, "compiled": COMPILED, "marian": REFERENCE}
-MEASUREMENTS = ["base-ours", "base-marian", "base-compiled", "decoding", "big-ours", "big-compiled", "big-marian"]
-MEASUREMENTS += ["standard", "loss"]
+MEASUREMENTS = ["base-ours", "base-marian", "attention", "base-compiled", "decoding", "big-ours", "big-compiled"]
+MEASUREMENTS += ["big-marian", "standard", "loss"]
+# torch's attention kernels that take a padding mask, by device (flash attention takes none).
+ATTENTION_BACKENDS = {"cuda": ("CUDNN_ATTENTION", "EFFICIENT_ATTENTION"), "cpu": ("MATH",)}
 # Rows per chunk of `token_cross_entropy` measured beside the model's LOSS_CHUNK_ROWS.
 LOSS_CHUNKS = (512, 8192)
 CT2_COMPUTE_TYPES = {"cuda": ("bfloat16", "int8_bfloat16"), "cpu": ("float32",)}
@@ -122,6 +132,30 @@ def measure_matmul(device: str, size: int) -> float:
     calls = 10 if device == "cuda" else 1
     times = [timed(lambda: [a @ b for _ in range(calls)], device)[0] for _ in range(6)][1:]
     return calls * 2 * size**3 / statistics.median(times)
+
+
+def measure_attention(device: str, backend: str, shape: dict) -> dict:
+    """Seconds per forward and backward of bf16 self-attention (`shape`: batch rows of `length` positions, a quarter of
+    them padding, `heads` of `head_dim`), through SDPA's `backend` only: at one shape after a warm-up (median of 5),
+    and on the first call at each of `new_lengths` (mean and most)."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    batch, heads, head_dim = shape["batch"], shape["heads"], shape["head_dim"]
+
+    def call(length):
+        q, k, v = (
+            torch.randn(batch, heads, length, head_dim, device=device, dtype=torch.bfloat16, requires_grad=True)
+            for _ in range(3)
+        )
+        keep = torch.arange(length, device=device) < length - length // 4  # each row's padding at its end
+        mask = keep[None, None, None, :].expand(batch, 1, length, length)
+        with sdpa_kernel(getattr(SDPBackend, backend)):
+            torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask).sum().backward()
+
+    call(shape["length"])
+    steady = statistics.median(timed(lambda: call(shape["length"]), device)[0] for _ in range(5))
+    first = [timed(functools.partial(call, n), device)[0] for n in shape["new_lengths"]]
+    return {"seconds": steady, "first_call_seconds": statistics.mean(first), "first_call_most": max(first)}
 
 
 def measure_training(system: str, size: str, device: str, workload: dict, passes: int) -> dict:
@@ -293,13 +327,21 @@ class Results:
 
     def __init__(self, path: str, settings: dict):
         self.path, self.fresh = Path(path), settings["fresh"]
-        self.data = {"settings": settings, "peaks": {}, "measurements": {}, "errors": {}, "skipped": {}, "loss": {}}
+        self.data = {
+            "settings": settings,
+            "peaks": {},
+            "measurements": {},
+            "errors": {},
+            "skipped": {},
+            "loss": {},
+            "attention": {},
+        }
         try:  # an earlier call's measurements of the same run (--measure splits them)
             earlier = json.loads(self.path.read_text())
         except (OSError, ValueError):
             earlier = {}
         if earlier.get("settings", {}).get("device_name") == settings["device_name"]:
-            for key in ("peaks", "measurements", "errors", "skipped", "loss"):
+            for key in ("peaks", "measurements", "errors", "skipped", "loss", "attention"):
                 self.data[key].update(earlier.get(key, {}))
         self.save()
 
@@ -367,6 +409,12 @@ def run(json_path: str, dry_run: bool, measure: list[str]) -> dict:
                 results.record(f"base/{DECODING}/decoding", value)
         elif name == "loss":
             measure_losses(results, device, plan["loss_shape"])
+        elif name == "attention":
+            for backend in ATTENTION_BACKENDS[device]:
+                shape = plan["attention"]
+                value = attempt(results, f"attention {backend}", measure_attention, device, backend, shape)
+                if value:
+                    results.data["attention"][backend] = {**value, **shape}
         elif name == "standard":
             for system in (OURS, REFERENCE):
                 value = attempt(

@@ -164,6 +164,8 @@ def test_the_dry_run_runs_every_part_on_the_cpu_and_writes_the_results(tmp_path)
         assert rows[system]["greedy_tokens_per_s"] > 0 and rows[system]["beam4_tokens_per_s"] > 0
         assert rows[system]["profile"]["kinds"]["matmul"]["ms"] > 0  # one step under torch.profiler
     assert rows["ours-static-compiled"]["identical_rows"] == "64/64"
+    attention = benchmark["attention"]["MATH"]  # the CPU's kernel here; cuDNN's and the efficient one on a GPU
+    assert attention["seconds"] > 0 and attention["first_call_seconds"] > 0 and attention["new_lengths"] == [5, 6]
     assert [t["target"] for t in benchmark["targets"]] == [
         "base: training (ours (sdpa)) >= 2.0x MarianMTModel (sdpa) tokens/s",
         "compiled static-cache greedy >= 3.0x eager at batch 64",
@@ -188,7 +190,7 @@ def test_the_dry_run_runs_every_part_on_the_cpu_and_writes_the_results(tmp_path)
 
     summary = (out / "gpu_acceptance.md").read_text()
     headings = ("## Parts", "## CUDA tests", "## Benchmark", "## The recipe", "## Training", "## Decoding")
-    for heading in (*headings, "torch.profiler"):
+    for heading in (*headings, "torch.profiler", "by SDPA kernel: MATH"):
         assert heading in summary
     assert summary in proc.stdout  # the end of the output is what a job's log shows last
 
