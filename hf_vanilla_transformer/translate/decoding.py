@@ -28,7 +28,8 @@ the self-attention's for a number of target positions, the cross-attention's for
 change from step to step, so the decoding step can be compiled once per batch shape (`compile_config`, the model's
 `get_compiled_call`, as `generate()` does; the first step, which projects the source's keys and values, runs as it
 is). Rows then never leave the batch: a sentence that is done stops counting, but its rows are computed until the
-batch ends, and beam search moves the self-attention cache's rows in place: the compiled step reads the cache at
+batch ends (so greedy search reads which sentences are done every CHECK_STEPS steps, without waiting for the device in
+between), and beam search moves the self-attention cache's rows in place: the compiled step reads the cache at
 fixed addresses (a CUDA graph is recorded again where they change, hence one cache per shape, reset for each batch).
 The results are the dynamic cache's.
 """
@@ -51,6 +52,8 @@ from ..errors import InputError
 from ..model.modeling_vanilla_transformer import CACHE_NAME, VanillaTransformerForConditionalGeneration
 
 
+# Steps between two reads of which sentences are done, in greedy search through the static cache.
+CHECK_STEPS = 4
 # Generation settings that change nothing here or that this module applies (see the docstring).
 APPLIED = {
     "num_beams",
@@ -287,12 +290,17 @@ def _sample(logits: torch.Tensor, config: GenerationConfig, generator: torch.Gen
 
 
 def _greedy_or_sample(search: _Search, start, eos, limits, config: GenerationConfig, generator):
-    b, device = start.shape[0], start.device
-    sequences = torch.zeros((b, int(limits.max()) + 1), dtype=torch.long, device=device)
+    b, device, longest = start.shape[0], start.device, int(limits.max())
+    sequences = torch.zeros((b, longest + 1), dtype=torch.long, device=device)
     sequences[:, 0] = start
-    token_scores = torch.zeros((b, int(limits.max())), device=device)
+    token_scores = torch.zeros((b, longest), device=device)
+    ends = torch.zeros(b, dtype=torch.long, device=device)  # the step at which each row ended; 0 while it goes on
     results = [None] * b
     tokens, step = start, 0
+    # With the static cache a sentence that is done stays in the batch (its rows are computed anyway), so greedy search
+    # asks the device which sentences are done every CHECK_STEPS steps only: in between, the host queues the next
+    # steps while the device computes. Sampling asks at every step: the rows it draws for decide the random numbers.
+    check_steps = CHECK_STEPS if search.live is not None and generator is None else 1
     while b:
         logits = search.process(sequences[:, : step + 1], search.logits(tokens), step, step + 1 >= limits)
         log_probs = logits.log_softmax(-1)
@@ -300,13 +308,19 @@ def _greedy_or_sample(search: _Search, start, eos, limits, config: GenerationCon
         step += 1
         sequences[:, step] = tokens
         token_scores[:, step - 1] = log_probs.gather(1, tokens[:, None]).squeeze(1)
-        done = torch.isin(tokens, eos) | (step >= limits)
+        ends = torch.where((ends == 0) & (torch.isin(tokens, eos) | (step >= limits)), step, ends)
+        if step % check_steps and step < longest:
+            continue
+        done = ends > 0
         if done.any():
-            sentences = search.sentences.tolist()
+            sentences, lengths = search.sentences.tolist(), ends.tolist()
             for i in done.nonzero().squeeze(1).tolist():
-                results[sentences[i]] = [(sequences[i, 1 : step + 1].tolist(), token_scores[i, :step].tolist())]
+                n = lengths[i]
+                results[sentences[i]] = [(sequences[i, 1 : n + 1].tolist(), token_scores[i, :n].tolist())]
             keep = search.keep((~done).nonzero().squeeze(1))
-            tokens, limits, sequences, token_scores = tokens[keep], limits[keep], sequences[keep], token_scores[keep]
+            tokens, limits, sequences, token_scores, ends = (
+                tensor[keep] for tensor in (tokens, limits, sequences, token_scores, ends)
+            )
             b = keep.numel()
     return results
 

@@ -67,6 +67,21 @@ def test_the_static_cache_translates_as_the_dynamic_cache(model_dir, lines, deco
     same_translations(dynamic.variant(num_beams=5).translate(lines[:9]), variant.translate(lines[:9]))
 
 
+def test_greedy_search_through_the_static_cache_waits_for_the_device_every_few_steps_only(
+    model_dir, lines, monkeypatch
+):
+    reads = []  # each `if tensor:` waits for the device
+    boolean = torch.Tensor.__bool__
+    monkeypatch.setattr(torch.Tensor, "__bool__", lambda tensor: reads.append(1) or boolean(tensor))
+    counts = {}
+    for compile in ("never", "always"):
+        translator = load_translator(model_dir, device="cpu", compile=compile, max_tokens=300, batch_size=7)
+        reads.clear()
+        translator.translate(lines[:7])
+        counts[compile] = len(reads)
+    assert counts["always"] <= counts["never"] / 2, counts  # 8 and 26 reads
+
+
 def test_a_sampled_batch_filled_up_draws_as_the_batch_alone(model_dir, lines):
     """Sampling seeds each batch, and the static cache cuts other batches (by padded length): on the same batch, the
     same draws, the filling rows drawing nothing."""
