@@ -28,7 +28,7 @@ the self-attention's for a number of target positions, the cross-attention's for
 change from step to step, so the decoding step can be compiled once per batch shape (`compile_config`, the model's
 `get_compiled_call`, as `generate()` does; the first step, which projects the source's keys and values, runs as it
 is). Rows then never leave the batch: a sentence that is done stops counting, but its rows are computed until the
-batch ends (so greedy search reads which sentences are done every CHECK_STEPS steps, without waiting for the device in
+batch ends (so the search reads which sentences are done every CHECK_STEPS steps, without waiting for the device in
 between), and beam search moves the self-attention cache's rows in place: the compiled step reads the cache at
 fixed addresses (a CUDA graph is recorded again where they change, hence one cache per shape, reset for each batch).
 The results are the dynamic cache's.
@@ -52,7 +52,9 @@ from ..errors import InputError
 from ..model.modeling_vanilla_transformer import CACHE_NAME, VanillaTransformerForConditionalGeneration
 
 
-# Steps between two reads of which sentences are done, in greedy search through the static cache.
+# With the static cache a sentence that is done stays in the batch (its rows are computed anyway), so greedy and beam
+# search read which sentences are done every CHECK_STEPS steps only: in between, the host queues the next steps while
+# the device computes.
 CHECK_STEPS = 4
 # Generation settings that change nothing here or that this module applies (see the docstring).
 APPLIED = {
@@ -297,9 +299,7 @@ def _greedy_or_sample(search: _Search, start, eos, limits, config: GenerationCon
     ends = torch.zeros(b, dtype=torch.long, device=device)  # the step at which each row ended; 0 while it goes on
     results = [None] * b
     tokens, step = start, 0
-    # With the static cache a sentence that is done stays in the batch (its rows are computed anyway), so greedy search
-    # asks the device which sentences are done every CHECK_STEPS steps only: in between, the host queues the next
-    # steps while the device computes. Sampling asks at every step: the rows it draws for decide the random numbers.
+    # Sampling reads which sentences are done at every step: the rows it draws for decide the random numbers.
     check_steps = CHECK_STEPS if search.live is not None and generator is None else 1
     while b:
         logits = search.process(sequences[:, : step + 1], search.logits(tokens), step, step + 1 >= limits)
@@ -344,6 +344,8 @@ def _beam_search(search: _Search, start, eos, limits, config: GenerationConfig, 
     finished_lengths = torch.zeros((b, k), dtype=torch.long, device=device)
     is_finished = torch.zeros((b, k), dtype=torch.bool, device=device)
     can_improve = torch.ones((b, 1), dtype=torch.bool, device=device)
+    done = torch.zeros(b, dtype=torch.bool, device=device)
+    check_steps = CHECK_STEPS if search.live is not None else 1
     results = [None] * b
     length = 1  # tokens so far, the decoder start token included
     while b:
@@ -392,7 +394,11 @@ def _beam_search(search: _Search, start, eos, limits, config: GenerationConfig, 
         worst_finished = torch.where(is_finished, finished_scores.min(dim=1, keepdim=True)[0], _NEG)
         can_improve = can_improve & (best_running > worst_finished).any(-1, keepdim=True)
 
-        done = ~can_improve[:, 0] | (is_finished.all(-1) & (early_stopping is True)) | ends.all()
+        # What ends a sentence keeps its finished list as it is from then on (no candidate can enter it), so a
+        # sentence may stay until the next check.
+        done = done | ~can_improve[:, 0] | (is_finished.all(-1) & (early_stopping is True)) | ends.all()
+        if (length - 1) % check_steps and length < T:
+            continue
         if done.any():
             sentences = search.sentences.tolist()
             for i in done.nonzero().squeeze(1).tolist():
@@ -414,6 +420,6 @@ def _beam_search(search: _Search, start, eos, limits, config: GenerationConfig, 
                 finished_lengths[keep],
                 is_finished[keep],
             )
-            can_improve, limits = can_improve[keep], limits[keep]
+            can_improve, limits, done = can_improve[keep], limits[keep], done[keep]
             b = keep.numel()
     return results
