@@ -89,8 +89,8 @@ def main(argv: list[str] | None = None) -> int:
         return report(PROG, f"unknown command {name!r}; the commands are {', '.join(COMMANDS)}.")
     module, function, _ = COMMANDS[name]
     prog = f"{PROG} {name}"
-    run = getattr(importlib.import_module(f"{__package__}.{module}"), function)
     cuda_defaults()
+    run = getattr(importlib.import_module(f"{__package__}.{module}"), function)
     from transformers.utils import logging
 
     logging.disable_progress_bar()  # "Loading weights" bars: noise in a command's output
