@@ -1,4 +1,10 @@
-"""Attention on CUDA: eager = SDPA = the flash SDPA kernel, and all-padding rows finite in half precision."""
+"""Attention on CUDA: eager = SDPA = the flash SDPA kernel, all-padding rows finite in half precision, and the
+package's commands keeping cuDNN's kernel (which plans every new shape) out of first place."""
+
+import os
+import subprocess
+import sys
+import textwrap
 
 import pytest
 import torch
@@ -91,3 +97,29 @@ def test_all_padding_rows_are_finite_in_half_precision(attn, dtype):
     out.loss.backward()
     for name, param in model.named_parameters():
         assert param.grad is None or torch.isfinite(param.grad).all(), name
+
+
+# A command's process (its CUDA settings, then attention with a padding mask, forward and backward): the names of the
+# CUDA kernels that ran.
+KERNELS_OF_A_COMMAND = textwrap.dedent(
+    """
+    import torch
+    from hf_vanilla_transformer.cli import cuda_defaults
+
+    cuda_defaults()
+    q, k, v = (torch.randn(8, 2, 40, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
+    mask = (torch.arange(40, device="cuda") < 30)[None, None, None, :].expand(8, 1, 40, 40)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as profile:
+        torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask).sum().backward()
+        torch.cuda.synchronize()
+    print("\\n".join(event.key for event in profile.key_averages()))
+    """
+)
+
+
+def test_a_commands_attention_does_not_run_cudnns_kernel_which_plans_every_new_shape():
+    require_bf16()
+    env = {name: value for name, value in os.environ.items() if name != "TORCH_CUDNN_SDPA_DEPRIORITIZED"}
+    run = subprocess.run([sys.executable, "-c", KERNELS_OF_A_COMMAND], env=env, capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert run.stdout.strip() and "cudnn" not in run.stdout.lower(), run.stdout
