@@ -46,7 +46,7 @@ CUDA_DEFAULTS = {
         "PYTORCH_CUDA_ALLOC_CONF",
         "expandable_segments:True",
     ),
-    # On Hopper and Blackwell GPUs with cuDNN 9.15 or newer, torch tries cuDNN's attention first, which builds an
+    # On Hopper and Blackwell GPUs with a cuDNN newer than 9.15.0, torch tries cuDNN's attention first, which builds an
     # execution plan for every new shape (tens to hundreds of milliseconds each); flash and memory-efficient
     # attention plan nothing. Read at the first attention call.
     ("TORCH_CUDNN_SDPA_DEPRIORITIZED",): ("TORCH_CUDNN_SDPA_DEPRIORITIZED", "1"),
