@@ -93,9 +93,10 @@ DRY_RUN_TRAINING = {
 # to [1]. Compiled with the recipe's varying batch shapes, the base model took over three minutes to compile on an H100
 # host: the compiled step is measured by the benchmark, on its fixed batch. The dry run trains the tiny model.
 RECIPE = {
-    "gpu": dict(options=["--paper_preset", "base", "--vocab_size", "37000"], steps=(20, 120)),
+    "gpu": dict(options=["--paper_preset", "base", "--vocab_size", "37000", "--logging_steps", "20"], steps=(20, 120)),
     "dry_run": dict(
-        options=[*TINY_MODEL, "--vocab_size", "300", "--max_tokens", "auto", "--tokens_per_update", "2000"],
+        options=[*TINY_MODEL, "--vocab_size", "300", "--max_tokens", "auto", "--tokens_per_update", "2000"]
+        + ["--logging_steps", "2"],
         steps=(2, 6),
     ),
 }
@@ -356,7 +357,7 @@ def recipe(run: Run) -> None:
     argv = [sys.executable, "-m", "scripts.gpu_training", "--probe", str(probe), "--warmup_steps", str(first), "--"]
     argv += [*RECIPE_OPTIONS, *RECIPE[mode]["options"], "--train_file", str(corpus), "--source_lang", "de"]
     argv += ["--target_lang", "en", "--max_source_length", "128", "--max_target_length", "128"]
-    argv += ["--output_dir", str(run.work_dir / "recipe"), "--max_steps", str(last), "--logging_steps", "20"]
+    argv += ["--output_dir", str(run.work_dir / "recipe"), "--max_steps", str(last)]
     part = run.command("recipe base", "recipe", argv, env=COMPILE_LOGS)
     run.results["recipe"] = {"status": part["status"], "wall_seconds": part.get("seconds"), **read_json(probe)}
     run.save()
@@ -617,6 +618,14 @@ def profile_lines(profiles: list[tuple[str, dict]]) -> list[str]:
     return lines
 
 
+def spans_text(record: dict) -> str:
+    """The probe's steps/s over each span of logging steps, or nothing."""
+    spans = [
+        f"{a}-{b} {figure(span['steps_per_second'])}" for span in record.get("spans") or [] for a, b in [span["steps"]]
+    ]
+    return f" Steps/s by span of logging steps: {', '.join(spans)}." if spans else ""
+
+
 def recipe_section(record: dict, benchmark: dict, mode: str) -> list[str]:
     lines = ["", "## The recipe: train translation --paper_preset base, its defaults, synthetic WMT-like corpus", ""]
     if not record:
@@ -633,7 +642,8 @@ def recipe_section(record: dict, benchmark: dict, mode: str) -> list[str]:
         f"allocator {record.get('allocator_settings') or 'default'}: {record.get('device_allocations', '-')} device "
         f"allocations, {record.get('allocation_retries', '-')} retries); "
         f"{record.get('compiled_graphs', '-')} compiled graph(s), {record.get('graph_breaks', '-')} graph break(s); "
-        f"{figure(record.get('wall_seconds'))} s in all."
+        f"TORCH_CUDNN_SDPA_DEPRIORITIZED {record.get('cudnn_attention_deprioritized') or 'unset'}; "
+        f"{figure(record.get('wall_seconds'))} s in all.{spans_text(record)}"
     )
     best = next(  # the same model the same way: ours, eager, as the recipe's defaults train it
         (row for row in benchmark.get("rows", []) if row.get("size") == "base" and row.get("train_filled_tokens_per_s")
@@ -672,6 +682,10 @@ def training_section(records: list[dict]) -> list[str]:
         ["run", "status", "distributed / model x processes", "steps", "steps/s", "target tok/s", "peak GiB", "wall s"],
         rows,
     )
+    for record in records:
+        for kind, r in record["runs"].items():
+            if spans_text(r):
+                lines.append(f"- {record['size']} {record['config']} {kind}:{spans_text(r)}")
     for record in records:
         report = record.get("report") or {}
         if report.get("validation") is not None:

@@ -4,7 +4,8 @@ would be (`accelerate launch ... -m scripts.gpu_training`), it also writes stead
     accelerate launch --config_file CONFIG -m scripts.gpu_training --probe FILE [--warmup_steps K] -- [recipe options]
 
 The probe times the steps of this run after its first K (to the end of its last step: the final checkpoint, the
-evaluation and the saving come after), counts the target tokens those steps trained on and their model FLOPs (the
+evaluation and the saving come after), and each span of `--logging_steps` steps among them (a first epoch slower than
+the next shows there), counts the target tokens those steps trained on and their model FLOPs (the
 matmuls of the real tokens, `scripts.benchmark.pair_flops`, x3 for training) as running sums on the device (no host
 synchronisation), and reads the peak GPU memory and the allocator's work; under `--torch_compile`, how many graphs
 torch compiled and how many graph breaks it met. Every process's tokens and FLOPs are summed and its memory maxed. The
@@ -39,6 +40,7 @@ class Probe(TrainerCallback):
         self.flops = torch.zeros((), dtype=torch.float64, device=trainer.args.device)  # their model FLOPs
         self.first_step = self.start = self.start_tokens = self.start_flops = None
         self.window = None  # (steps, seconds, tokens) of the timed steps
+        self.marks = []  # (step, time) at the start of the timed steps and every logging_steps steps after
 
     def on_train_begin(self, args, state, control, **kwargs):
         self.first_step = state.global_step  # > 0 when resumed
@@ -53,10 +55,16 @@ class Probe(TrainerCallback):
                 self.tokens.clone(),
                 self.flops.clone(),
             )
+            self.marks = [(state.global_step, self.start)]
 
     def on_step_end(self, args, state, control, **kwargs):
-        if self.start is not None and (state.global_step >= state.max_steps or control.should_training_stop):
+        if self.start is None:
+            return
+        last = state.global_step >= state.max_steps or control.should_training_stop
+        if last or state.global_step % args.logging_steps == 0:  # the Trainer waits for the device there anyway
             synchronize()
+            self.marks.append((state.global_step, time.perf_counter()))
+        if last:
             steps = state.global_step - self.first_step - self.warmup_steps
             self.window = (
                 steps,
@@ -90,6 +98,11 @@ class Probe(TrainerCallback):
             "timed_steps": steps,
             "timed_seconds": seconds,
             "steps_per_second": steps / seconds if seconds else None,
+            "spans": [
+                {"steps": [a, b], "steps_per_second": (b - a) / (tb - ta)}
+                for (a, ta), (b, tb) in zip(self.marks, self.marks[1:])
+                if b > a
+            ],
             "target_tokens": int(tokens),
             "target_tokens_per_second": int(tokens) / seconds if seconds else None,
             "model_flops_per_second": flops_per_second,
@@ -101,6 +114,7 @@ class Probe(TrainerCallback):
             "peak_memory_allocated_mb": peaks[0].item() / 2**20,
             "peak_memory_reserved_mb": peaks[1].item() / 2**20,
             **allocator_figures(),
+            "cudnn_attention_deprioritized": os.environ.get("TORCH_CUDNN_SDPA_DEPRIORITIZED"),
             "world_size": args.world_size,
             "distributed_type": getattr(accelerator.distributed_type, "value", str(accelerator.distributed_type)),
             "mixed_precision": accelerator.mixed_precision,

@@ -175,6 +175,8 @@ def test_the_dry_run_runs_every_part_on_the_cpu_and_writes_the_results(tmp_path)
     assert recipe["status"] == "ok" and (recipe["first_step"], recipe["last_step"], recipe["timed_steps"]) == (0, 6, 4)
     assert recipe["max_tokens"] == 4096 and recipe["gradient_accumulation_steps"] == 1
     assert recipe["target_tokens_per_second"] > 0 and recipe["model_flops_per_second"] > 0
+    assert [span["steps"] for span in recipe["spans"]] == [[2, 4], [4, 6]]  # every --logging_steps 2 after step 2
+    assert all(span["steps_per_second"] > 0 for span in recipe["spans"])
 
     for record in results["training"]:
         train, resume = record["runs"]["train"], record["runs"]["resume"]
@@ -190,7 +192,7 @@ def test_the_dry_run_runs_every_part_on_the_cpu_and_writes_the_results(tmp_path)
 
     summary = (out / "gpu_acceptance.md").read_text()
     headings = ("## Parts", "## CUDA tests", "## Benchmark", "## The recipe", "## Training", "## Decoding")
-    for heading in (*headings, "torch.profiler", "by SDPA kernel: MATH"):
+    for heading in (*headings, "torch.profiler", "by SDPA kernel: MATH", "Steps/s by span of logging steps: 2-4 "):
         assert heading in summary
     assert summary in proc.stdout  # the end of the output is what a job's log shows last
 
