@@ -61,7 +61,7 @@ class Probe(TrainerCallback):
         if self.start is None:
             return
         last = state.global_step >= state.max_steps or control.should_training_stop
-        if last or state.global_step % args.logging_steps == 0:  # the Trainer waits for the device there anyway
+        if last or state.global_step % state.logging_steps == 0:  # the Trainer waits for the device there anyway
             synchronize()
             self.marks.append((state.global_step, time.perf_counter()))
         if last:
