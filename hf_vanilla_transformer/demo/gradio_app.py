@@ -111,17 +111,16 @@ def build_demo(model_dir: str, examples: list[str] | None = None, title: str | N
         if n_best > num_beams:
             notes.append(f"Showing {num_beams} alternatives: the n-best list cannot be longer than the beam.")
             n_best = num_beams
-        lines = text.split("\n")
         translator = load_translator(
             model,
             tokenizer=tokenizer,
-            lines=len(lines),  # a request's few lines do not repay compiling (compile="auto")
             num_beams=num_beams,
             do_sample=False,
             nbest=n_best,
             device=str(model.device),
             split_sentences=split_sentences,
         )
+        lines = text.split("\n")
         translations = translator.translate(lines, scores=False)
         encoded = translator.encode(lines)  # the pieces the model saw, to choose one for the heatmap
         pieces, split = (
