@@ -5,9 +5,9 @@ would be (`accelerate launch ... -m scripts.gpu_training`), it also writes stead
 
 The probe times the steps of this run after its first K (to the end of its last step: the final checkpoint, the
 evaluation and the saving come after), and each span of `--logging_steps` steps among them (a first epoch slower than
-the next shows there), counts the target tokens those steps trained on and their model FLOPs (the
-matmuls of the real tokens, `scripts.benchmark.pair_flops`, x3 for training) as running sums on the device (no host
-synchronisation), and reads the peak GPU memory and the allocator's work; under `--torch_compile`, how many graphs
+the next shows there); counts the target tokens those steps trained on and their model FLOPs (the matmuls of the real
+tokens, `scripts.benchmark.pair_flops`, x3 for training) as running sums on the device (no host synchronisation); and
+reads the peak GPU memory, the allocator's work and the attention setting; under `--torch_compile`, how many graphs
 torch compiled and how many graph breaks it met. Every process's tokens and FLOPs are summed and its memory maxed. The
 utilisation is against the card's dense bf16 peak (`scripts.gpu_benchmark.DENSE_BF16_TFLOPS`) times the process count.
 """
