@@ -84,9 +84,11 @@ def measure(system: str, args, source: Path, output: Path) -> dict:
     command += ["--output", str(output), "--shard_rows", str(args.shard_rows), "--threads", str(args.threads)]
     env = dict(os.environ)
     if system == "translate-2":
+        from scripts.ports import free_port  # only here: the child processes run this file as a plain script
+
         launch = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2"]
         launch += ["--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no"]
-        launch += ["--main_process_port", "29563", __file__]
+        launch += ["--main_process_port", str(free_port()), __file__]
         command = launch + command[2:]
     run = subprocess.run(command, capture_output=True, text=True, env=env)
     if run.returncode != 0:

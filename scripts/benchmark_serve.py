@@ -38,6 +38,7 @@ from pathlib import Path
 
 from hf_vanilla_transformer.data.corpus import BUNDLED_CORPUS
 from hf_vanilla_transformer.training.report import cpu_model
+from scripts.ports import free_port
 
 
 SYSTEMS = {
@@ -113,14 +114,6 @@ def start(system: str, model: str, port: int, log: Path) -> subprocess.Popen:
         time.sleep(0.2)
     process.kill()
     raise RuntimeError(f"{system} did not start within 10 minutes: {log.read_text()[-2000:]}")
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 # ------------------------------------------------------------------------------------------------------ clients

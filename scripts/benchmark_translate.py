@@ -124,9 +124,11 @@ def measure(system: str, model: str, source: Path, output: Path, threads: int | 
     command += ["--output", str(output), "--device", device, "--dtype", dtype]
     env = dict(os.environ, **({"OMP_NUM_THREADS": str(threads)} if threads else {}))
     if system == "translate-2proc":
+        from scripts.ports import free_port  # only here: the child processes run this file as a plain script
+
         launch = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2"]
         launch += ["--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no"]
-        launch += ["--main_process_port", "29561", __file__]
+        launch += ["--main_process_port", str(free_port()), __file__]
         command = launch + command[2:]
         env["OMP_NUM_THREADS"] = "1"
     run = subprocess.run(command, capture_output=True, text=True, env=env)

@@ -37,7 +37,6 @@ import os
 import random
 import shlex
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -45,6 +44,8 @@ import time
 import traceback
 import xml.etree.ElementTree as ElementTree
 from pathlib import Path
+
+from scripts.ports import free_port
 
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -235,12 +236,6 @@ def read_json(path: Path) -> dict:
         return json.loads(path.read_text())
     except (OSError, ValueError):
         return {}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 # ---------------------------------------------------------------------------------------------------- the parts

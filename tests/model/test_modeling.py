@@ -2,7 +2,6 @@
 
 import math
 import os
-import socket
 import subprocess
 import sys
 
@@ -19,7 +18,7 @@ from hf_vanilla_transformer.model.modeling_vanilla_transformer import (
     VanillaTransformerEncoderLayer,
     VanillaTransformerSinusoidalPositionalEncoding,
 )
-from tests.helpers import HOST_READS_PER_TRAINING_STEP, ROOT, random_batch, tiny_config
+from tests.helpers import HOST_READS_PER_TRAINING_STEP, ROOT, free_port, random_batch, tiny_config
 
 
 def make_model(attn_implementation="eager", **overrides):
@@ -633,11 +632,12 @@ print(sum(p.numel() for p in model.parameters()))
 def test_fsdp2_shards_the_tied_embeddings_as_one_weight():
     """accelerate's FSDP2 puts the input and output embeddings in one group: the encoder's and decoder's embeddings
     must be that module, or their shared weight sits in two groups (an error, or silently untied weights)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = str(s.getsockname()[1])
     done = subprocess.run(
-        [sys.executable, "-c", FSDP_SCRIPT], cwd=ROOT, env={**os.environ, "PORT": port}, capture_output=True, text=True
+        [sys.executable, "-c", FSDP_SCRIPT],
+        cwd=ROOT,
+        env={**os.environ, "PORT": str(free_port())},
+        capture_output=True,
+        text=True,
     )
     assert done.returncode == 0, done.stderr[-3000:]
     expected = sum(p.numel() for p in make_model(dropout=0.0).parameters())

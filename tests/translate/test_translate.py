@@ -7,7 +7,6 @@ import math
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -31,7 +30,7 @@ from hf_vanilla_transformer.translate.io import (
     make_batches,
 )
 from hf_vanilla_transformer.translate.translator import Translator, load_translator, translate_file, translate_lines
-from tests.helpers import ROOT, SENTENCES, tiny_tokenizer
+from tests.helpers import ROOT, SENTENCES, free_port, tiny_tokenizer
 
 
 GERMAN, ENGLISH = SENTENCES[0::2], SENTENCES[1::2]
@@ -529,12 +528,6 @@ def test_ctranslate2_decodes_a_batch_of_many_limits_as_each_sentence_alone(
         assert [h.token_scores for h in hs] == [pytest.approx(h.token_scores, abs=1e-5) for h in theirs]
     reached = [hs[0].reached_limit for hs in batched]
     assert any(reached) and not all(reached)  # both kinds of sentence are in the batch
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.mark.slow
