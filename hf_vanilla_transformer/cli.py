@@ -2,13 +2,13 @@
 
 Each command lives beside what it runs (`<room>/command.py`, a `main(argv, prog)`); this module dispatches, so that
 `--help` and a mistyped command answer without loading torch, and gives every command's process torch's settings for
-batches that change shape (`CUDA_DEFAULTS`).
+batches that change shape (`cuda.CUDA_DEFAULTS`).
 """
 
 import importlib
-import os
 import sys
 
+from .cuda import cuda_defaults
 from .errors import InputError, report
 
 
@@ -36,32 +36,6 @@ COMMANDS = {
     "web-page": ("demo.command", "web_page", "build a page that translates in the browser, with no server"),
     "plot": ("demo.command", "plot", "draw a translation's attention, or the positional encoding, as PNG files"),
 }  # fmt: skip
-# On a GPU, each command's process starts with these settings of torch, (variable, value), unless the user has set one
-# of the variables named before it. Training batches, and translation batches and decoding steps, change shape all the
-# time:
-CUDA_DEFAULTS = {
-    # CUDA's caching allocator keeps segments of every size it met (on an H100 the paper's base model reserved three
-    # times the memory its steps allocated); expandable segments grow in place. Read when CUDA starts.
-    ("PYTORCH_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_HIP_ALLOC_CONF"): (
-        "PYTORCH_CUDA_ALLOC_CONF",
-        "expandable_segments:True",
-    ),
-    # On Hopper and Blackwell GPUs with a cuDNN newer than 9.15.0, torch tries cuDNN's attention first, which builds an
-    # execution plan for every new shape (tens to hundreds of milliseconds each); flash and memory-efficient
-    # attention plan nothing. Read at the first attention call.
-    ("TORCH_CUDNN_SDPA_DEPRIORITIZED",): ("TORCH_CUDNN_SDPA_DEPRIORITIZED", "1"),
-}
-
-
-def cuda_defaults() -> None:
-    """Sets `CUDA_DEFAULTS` where CUDA is available, before anything touches the GPU."""
-    import torch
-
-    if not torch.cuda.is_available():
-        return
-    for users_variables, (variable, value) in CUDA_DEFAULTS.items():
-        if not any(os.environ.get(name) for name in users_variables):
-            os.environ[variable] = value
 
 
 def usage() -> str:

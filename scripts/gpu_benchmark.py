@@ -19,7 +19,7 @@ calls can split them around other work):
   attention kernels that takes a mask (ATTENTION_BACKENDS; cuDNN's is the one torch tries first on Hopper and
   Blackwell GPUs): seconds per call at the paper's batch, and the first call at each of ATTENTION["new_lengths"], where
   cuDNN builds an execution plan. The package's commands take cuDNN's kernel out of first place
-  (`hf_vanilla_transformer.cli.CUDA_DEFAULTS`); this says what that costs at one shape and saves at every new one;
+  (`hf_vanilla_transformer.cuda.CUDA_DEFAULTS`); this says what that costs at one shape and saves at every new one;
 - `loss`: the output projection and the loss alone, forward and backward, at the paper's batch (LOSS_SHAPE: 25,000
   target tokens, bf16 hidden states and weight), seconds and peak memory beyond the inputs (`scripts.loss_benchmark`):
   the loss the model used to compute (a float32 copy of all logits), `token_cross_entropy` (float32 one chunk of rows

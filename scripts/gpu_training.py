@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 from transformers import TrainerCallback
 
-from hf_vanilla_transformer.cli import cuda_defaults
+from hf_vanilla_transformer.cuda import cuda_defaults
 from hf_vanilla_transformer.recipes import translation
 
 from .benchmark import pair_flops

@@ -20,6 +20,7 @@ import posixpath
 import time
 from dataclasses import dataclass
 
+from ..cuda import cuda_environment
 from ..errors import InputError, import_extra
 from .options import TranslateOptions
 from .translator import load_translator, output_settings
@@ -287,12 +288,14 @@ def write_table(table, stream, output_format: str) -> None:
 
 def worker_resources(options: TranslateOptions, num_workers: int) -> tuple[TranslateOptions, dict]:
     """The options of each worker and its Ray resources: one GPU each where the cluster has GPUs, else the CPUs
-    shared among the workers, at most a node's (`--threads` each when given), torch's threads set to match."""
+    shared among the workers, at most a node's (`--threads` each when given), torch's threads set to match. A GPU
+    worker runs with this process's `CUDA_DEFAULTS`, which a cluster's nodes do not inherit from it."""
     ray = ray_module()
     cluster = ray.cluster_resources()
     if cluster.get("GPU", 0) >= 1 and options.device in (None, "cuda"):
         threads = options.threads or 1
-        return dataclasses.replace(options, threads=threads), dict(num_gpus=1, num_cpus=threads)
+        gpu = dict(num_gpus=1, num_cpus=threads, runtime_env={"env_vars": cuda_environment()})
+        return dataclasses.replace(options, threads=threads), gpu
     # Never more than a node has: an actor that asks for more would wait forever.
     node = max((n["Resources"].get("CPU", 0) for n in ray.nodes() if n["Alive"]), default=1)
     threads = options.threads or max(1, min(int(node), int(cluster.get("CPU", 1)) // num_workers))

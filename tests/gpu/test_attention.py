@@ -104,7 +104,7 @@ def test_all_padding_rows_are_finite_in_half_precision(attn, dtype):
 KERNELS_OF_A_COMMAND = textwrap.dedent(
     """
     import torch
-    from hf_vanilla_transformer.cli import cuda_defaults
+    from hf_vanilla_transformer.cuda import cuda_defaults
 
     cuda_defaults()
     q, k, v = (torch.randn(8, 2, 40, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True) for _ in range(3))

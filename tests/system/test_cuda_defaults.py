@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from hf_vanilla_transformer import cli
-from hf_vanilla_transformer.cli import CUDA_DEFAULTS, cuda_defaults
+from hf_vanilla_transformer.cuda import CUDA_DEFAULTS, cuda_defaults
 
 
 USERS_VARIABLES = [name for names in CUDA_DEFAULTS for name in names]

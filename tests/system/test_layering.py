@@ -11,10 +11,13 @@ from tests.helpers import MODEL_CODE_FILES
 
 
 PACKAGE = Path(__file__).resolve().parents[2] / "hf_vanilla_transformer"
-# Rooms from the bottom up: a module may import its own room and the rooms below it. `errors` (the one error type) is
-# at the bottom; the command-line entry point at the top.
-LAYERS = ["errors", "model", "data", "training", "interop", "translate", "hub", "recipes", "demo", "serve", "cli"]
-TOP_LEVEL = {"__init__.py", "__main__.py", "cli.py", "errors.py"}
+# Rooms from the bottom up: a module may import its own room and the rooms below it. `errors` (the one error type) and
+# `cuda` (torch's settings for a process on a GPU, which commands and Ray workers start with) are at the bottom; the
+# command-line entry point at the top.
+LAYERS = [
+    "errors", "cuda", "model", "data", "training", "interop", "translate", "hub", "recipes", "demo", "serve", "cli"
+]  # fmt: skip
+TOP_LEVEL = {"__init__.py", "__main__.py", "cli.py", "errors.py", "cuda.py"}
 
 
 def room_of(path: Path) -> str:
@@ -41,7 +44,7 @@ def imported_modules(path: Path) -> list[tuple[str, list[str]]]:
 MODULES = sorted(PACKAGE.rglob("*.py"))
 
 
-def test_the_package_top_holds_only_the_public_api_the_entry_point_and_the_error_type():
+def test_the_package_top_holds_only_the_public_api_the_entry_point_the_error_type_and_the_gpu_settings():
     assert {path.name for path in PACKAGE.glob("*.py")} == TOP_LEVEL
     rooms = {path.name for path in PACKAGE.iterdir() if path.is_dir() and path.name != "__pycache__"}
     assert rooms == {"model", "data", "training", "recipes", "translate", "interop", "hub", "demo", "serve"}

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from hf_vanilla_transformer import cli
+from hf_vanilla_transformer.cuda import CUDA_DEFAULTS
 from hf_vanilla_transformer.translate.options import TranslateOptions
 from hf_vanilla_transformer.translate.translator import load_translator, translate_lines
 from tests.helpers import SENTENCES, serving_model_dir
@@ -24,6 +25,7 @@ from hf_vanilla_transformer.translate.corpus import (  # noqa: E402
     input_files,
     translate_corpus,
     translate_dataset,
+    worker_resources,
 )
 
 
@@ -151,6 +153,24 @@ def test_ctranslate2_output_is_translates_and_a_dataset_gets_its_columns(local_r
     translated = translate_dataset(dataset, str(serving_model_dir()), TranslateOptions(device="cpu", threads=1))
     rows = sorted(translated.take_all(), key=lambda row: row["id"])
     assert [row["translation"] for row in rows] == [expected(TranslateOptions(device="cpu"))[line] for line in LINES]
+
+
+@pytest.mark.slow
+def test_gpu_workers_get_this_processs_cuda_settings_which_a_clusters_nodes_do_not_inherit(local_ray, monkeypatch):
+    """Ray's workers started before these settings were made, as a cluster's are: its runtime environment carries them
+    (`CUDA_DEFAULTS`, the user's own value kept)."""
+    for names in CUDA_DEFAULTS:
+        for name in names:
+            monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("TORCH_CUDNN_SDPA_DEPRIORITIZED", "0")
+    with monkeypatch.context() as cluster:
+        cluster.setattr(ray, "cluster_resources", lambda: {"CPU": 8.0, "GPU": 2.0})
+        options, resources = worker_resources(TranslateOptions(), num_workers=2)
+    settings = {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True", "TORCH_CUDNN_SDPA_DEPRIORITIZED": "0"}
+    assert options.threads == 1 and resources == dict(num_gpus=1, num_cpus=1, runtime_env={"env_vars": settings})
+    worker = ray.remote(lambda: {name: os.environ.get(name) for name in settings})
+    assert ray.get(worker.options(num_cpus=1, runtime_env=resources["runtime_env"]).remote()) == settings
+    assert ray.get(worker.options(num_cpus=1).remote()) != settings
 
 
 def test_bad_input_is_one_line_and_exit_2_before_anything_is_written(tmp_path, capsys):
