@@ -137,8 +137,11 @@ def _export_graphs(model: VanillaTransformerForConditionalGeneration) -> tuple[o
     # Example sizes of at least 2 and all different: torch.export specialises dimensions of size 0 or 1, and would
     # tie dimensions that happen to be equal.
     batch, source, target, past = 2, 5, 3, 4
-    batch_dim, source_dim = torch.export.Dim(BATCH), torch.export.Dim(SOURCE)
-    target_dim, past_dim = torch.export.Dim(TARGET), torch.export.Dim(PAST)
+    # Lengths up to the model's positions, which its forward checks (torch.export turns the check into a guard).
+    source_dim, target_dim, past_dim = (
+        torch.export.Dim(name, max=config.max_position_embeddings) for name in (SOURCE, TARGET, PAST)
+    )
+    batch_dim = torch.export.Dim(BATCH)
     input_ids = torch.ones(batch, source, dtype=torch.long)  # the values do not matter to the trace
     attention_mask = torch.ones(batch, source, dtype=torch.long)
     encoder_hidden_states = torch.zeros(batch, source, config.d_model)
