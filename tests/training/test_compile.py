@@ -25,6 +25,35 @@ def test_a_training_step_compiles_into_one_graph_without_breaks(decoder_mask):
     assert (explanation.graph_count, explanation.graph_break_count) == (1, 0), explanation.break_reasons
 
 
+@pytest.mark.parametrize("recorded", [False, True], ids=["outputs", "hidden-states"])
+def test_the_compiled_forward_gives_the_eager_outputs_at_every_real_position(recorded):
+    """Compiled, the stacks work on all b * t rows, padding included; eager, on the real tokens' rows. The loss, the
+    real positions' logits and the gradients agree, and hidden states recorded per layer keep their (b, t, d) shape."""
+    model = VanillaTransformerForConditionalGeneration._from_config(
+        tiny_config(dropout=0.0, label_smoothing=0.1), attn_implementation="sdpa"
+    ).train()
+    input_ids, attention_mask, labels = random_batch(batch_size=4, source_length=9, target_length=7)
+    batch = dict(input_ids=input_ids, attention_mask=attention_mask, labels=labels, output_hidden_states=recorded)
+
+    def run(forward):
+        model.zero_grad()
+        outputs = forward(**batch)
+        outputs.loss.backward()
+        return outputs, {name: p.grad.clone() for name, p in model.named_parameters()}
+
+    torch._dynamo.reset()
+    (eager, eager_grads), (compiled, compiled_grads) = run(model), run(torch.compile(model))
+    torch.testing.assert_close(compiled.loss, eager.loss)
+    real = labels != -100
+    torch.testing.assert_close(compiled.logits[real], eager.logits[real])
+    for name, grad in eager_grads.items():
+        torch.testing.assert_close(compiled_grads[name], grad, atol=1e-5, rtol=1e-4, msg=name)
+    if recorded:
+        for states in ("encoder_hidden_states", "decoder_hidden_states"):
+            for eager_states, compiled_states in zip(eager[states], compiled[states], strict=True):
+                torch.testing.assert_close(compiled_states, eager_states)  # every position: none is packed
+
+
 def train(trainer_class, compiled: bool, tmp_path, steps: int) -> list[float]:
     """The losses of `steps` steps of a tiny model on token batches of varying shapes (a plain `Seq2SeqTrainer`
     takes sentence batches of 8), dropout off: eager and compiled differ by float rounding alone."""
