@@ -593,7 +593,8 @@ def benchmark_section(data: dict) -> list[str]:
 
 
 def profile_lines(profiles: list[tuple[str, dict]]) -> list[str]:
-    """Per profiled step: wall time, kernel time, idle share, and kernel time by kind."""
+    """Per profiled step: wall time, kernel time, idle share, kernel time by kind, the longest kernels and the host's
+    longest operators."""
     if not profiles:
         return []
     kinds = list(dict.fromkeys(kind for _, row in profiles for kind in row["profile"]["kinds"]))
@@ -610,7 +611,23 @@ def profile_lines(profiles: list[tuple[str, dict]]) -> list[str]:
     for name, row in profiles:
         top = "; ".join(f"{kernel} {ms:.2f} ms" for kernel, ms in row["profile"]["top"][:4])
         lines.append(f"- {name}, longest kernels: {top}")
+        if host := row["profile"].get("host_top"):
+            lines.append(
+                f"- {name}, the host's longest operators: {'; '.join(f'{op} {ms:.2f} ms' for op, ms in host[:4])}"
+            )
     return lines
+
+
+def run_profile_lines(runs: list[tuple[str, dict]]) -> list[str]:
+    """The profiled step of training runs (the probe's last warm-up step), or why it was not profiled."""
+    profiled = [(f"{name}, step {r['profile']['step']}", r) for name, r in runs if "step" in (r.get("profile") or {})]
+    failed = [
+        f"- {name}: not profiled: {r['profile']['error']}" for name, r in runs if "error" in (r.get("profile") or {})
+    ]
+    if not profiled and not failed:
+        return []
+    heading = ["", "One step of each run under torch.profiler (its batch, forward, backward and update):", ""]
+    return heading + profile_lines(profiled) + failed
 
 
 def spans_text(record: dict) -> str:
@@ -652,7 +669,7 @@ def recipe_section(record: dict, benchmark: dict, mode: str) -> list[str]:
             f"- {verdict}: the recipe >= {RECIPE_TARGET:.0%} of the benchmark's filled batch ({best['label']}): "
             f"{ratio:.2f}" + (" (a dry run: other sizes)" if mode != "GPU" else "")
         )
-    return lines
+    return lines + run_profile_lines([("recipe base", record)])
 
 
 def training_section(records: list[dict]) -> list[str]:
@@ -694,7 +711,10 @@ def training_section(records: list[dict]) -> list[str]:
     if demo and demo.get("steps_per_second"):
         verdict = "PASS" if demo["steps_per_second"] >= DEMO_TARGET else "FAIL"
         lines.append(f"- {verdict}: the demo >= {DEMO_TARGET} steps/s: {demo['steps_per_second']:.1f}")
-    return lines
+    runs = [
+        (f"{record['size']} {record['config']} {kind}", r) for record in records for kind, r in record["runs"].items()
+    ]
+    return lines + run_profile_lines(runs)
 
 
 # In this order, after the environment: (the --parts name, the function).

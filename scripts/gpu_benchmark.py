@@ -9,8 +9,8 @@ calls can split them around other work):
   batch) with the benchmark's loss, sentence lengths and fused AdamW, for SIZE base or big and SYSTEM ours (eager),
   compiled (ours under `torch.compile`, its first pass timed as the compilation) or marian: target tokens/s, peak
   memory, model FLOP utilisation against the card's dense bf16 peak (DENSE_BF16_TFLOPS, found by the GPU's name) and
-  against a large bf16 matmul measured in the same run, and one step under `torch.profiler`: kernel time by kind and
-  the time the GPU sat idle between kernels;
+  against a large bf16 matmul measured in the same run, and one step under `torch.profiler`: kernel time by kind,
+  the time the GPU sat idle between kernels and the host's longest operators;
 - `decoding`: greedy generation through the compiled static-cache path (ours with bf16 weights) against the same
   model's uncompiled greedy generation at batch COMPILED_BATCH, with a profile of one compiled call;
 - `standard`: the benchmark's own workload (`scripts.benchmark`): training at its batch of 32 pairs, greedy and
@@ -216,12 +216,19 @@ def profile(fn, device: str) -> dict:
 
 
 def profiled(fn, device: str) -> dict:
-    activities = [torch.profiler.ProfilerActivity.CPU]
-    if device == "cuda":
-        activities.append(torch.profiler.ProfilerActivity.CUDA)
     fn()  # as measured: warm
-    with torch.profiler.profile(activities=activities) as prof:
+    with torch.profiler.profile(activities=profiler_activities(device)) as prof:
         wall = timed(fn, device)[0]
+    return profile_summary(prof, wall, device)
+
+
+def profiler_activities(device: str) -> list:
+    return [torch.profiler.ProfilerActivity.CPU] + ([torch.profiler.ProfilerActivity.CUDA] if device == "cuda" else [])
+
+
+def profile_summary(prof, wall: float, device: str) -> dict:
+    """What `profile` reports of a finished profiler that ran for `wall` seconds; on a GPU also the host's operators
+    that took the longest (their own time: waits for the device show as cudaStreamSynchronize and the like)."""
     if device == "cuda":
         spans = [
             (event.name, event.time_range.start, event.time_range.end)
@@ -260,6 +267,12 @@ def profiled(fn, device: str) -> dict:
         "kernels": len(spans),
         "kinds": dict(sorted(by_kind.items(), key=lambda item: -item[1]["ms"])),
         "top": [[name[:100], ms] for name, ms in sorted(by_name.items(), key=lambda item: -item[1])[:8]],
+        "host_top": [
+            [event.key[:100], event.self_cpu_time_total / 1e3]
+            for event in sorted(prof.key_averages(), key=lambda event: -event.self_cpu_time_total)[:8]
+        ]
+        if device == "cuda"  # on a CPU, `top` lists the same operators
+        else None,
     }
 
 

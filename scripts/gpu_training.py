@@ -8,7 +8,10 @@ evaluation and the saving come after), and each span of `--logging_steps` steps 
 the next shows there); counts the target tokens those steps trained on and their model FLOPs (the matmuls of the real
 tokens, `scripts.benchmark.pair_flops`, x3 for training) as running sums on the device (no host synchronisation); and
 reads the peak GPU memory, the allocator's work and the attention setting; under `--torch_compile`, how many graphs
-torch compiled and how many graph breaks it met. Every process's tokens and FLOPs are summed and its memory maxed. The
+torch compiled and how many graph breaks it met. The last warm-up step (with at least 2) runs under torch.profiler,
+from the end of the step before: fetching its batch, the step and the update, summarised as the GPU benchmark's
+profiles are (`scripts.gpu_benchmark.profile`: kernel time by kind, the GPU's idle share, the host's longest
+operators). Every process's tokens and FLOPs are summed and its memory maxed. The
 utilisation is against the card's dense bf16 peak (`scripts.gpu_benchmark.DENSE_BF16_TFLOPS`) times the process count.
 """
 
@@ -25,7 +28,7 @@ from hf_vanilla_transformer.cuda import cuda_defaults
 from hf_vanilla_transformer.recipes import translation
 
 from .benchmark import pair_flops
-from .gpu_benchmark import card_peak
+from .gpu_benchmark import card_peak, profile_summary, profiler_activities
 
 
 def synchronize() -> None:
@@ -41,6 +44,7 @@ class Probe(TrainerCallback):
         self.first_step = self.start = self.start_tokens = self.start_flops = None
         self.window = None  # (steps, seconds, tokens) of the timed steps
         self.marks = []  # (step, time) at the start of the timed steps and every logging_steps steps after
+        self.profiler = self.profile_start = self.profile = None  # the last warm-up step under torch.profiler
 
     def on_train_begin(self, args, state, control, **kwargs):
         self.first_step = state.global_step  # > 0 when resumed
@@ -58,6 +62,13 @@ class Probe(TrainerCallback):
             self.marks = [(state.global_step, self.start)]
 
     def on_step_end(self, args, state, control, **kwargs):
+        if self.warmup_steps >= 2 and state.global_step == self.first_step + self.warmup_steps - 1:
+            synchronize()
+            self.profiler = torch.profiler.profile(activities=profiler_activities(args.device.type))
+            self.profiler.start()
+            self.profile_start = time.perf_counter()
+        elif self.profiler is not None:  # the step after: its batch, forward, backward and update
+            self.profile = self.stop_profiler(args.device.type)
         if self.start is None:
             return
         last = state.global_step >= state.max_steps or control.should_training_stop
@@ -73,7 +84,18 @@ class Probe(TrainerCallback):
                 self.flops - self.start_flops,
             )
 
+    def stop_profiler(self, device: str) -> dict:
+        synchronize()
+        wall, profiler, self.profiler = time.perf_counter() - self.profile_start, self.profiler, None
+        try:
+            profiler.stop()
+            return {"step": self.first_step + self.warmup_steps, **profile_summary(profiler, wall, device)}
+        except Exception as error:  # a profiler's failure must not cost the measurement
+            return {"error": f"{type(error).__name__}: {error}"[-500:]}
+
     def on_train_end(self, args, state, control, **kwargs):
+        if self.profiler is not None:  # the run ended with the profiled step
+            self.profile = self.stop_profiler(args.device.type)
         steps, seconds, tokens, flops = self.window or (0, 0.0, torch.zeros_like(self.tokens), self.flops * 0)
         peaks = torch.tensor(
             [torch.cuda.max_memory_allocated(), torch.cuda.max_memory_reserved()]
@@ -120,6 +142,7 @@ class Probe(TrainerCallback):
             "mixed_precision": accelerator.mixed_precision,
             "wrapped_model": type(self.trainer.model_wrapped).__name__,
             "device": str(args.device),
+            "profile": self.profile,
         }
         self.path.write_text(json.dumps(figures, indent=2) + "\n")
 

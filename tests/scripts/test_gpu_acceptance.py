@@ -177,11 +177,13 @@ def test_the_dry_run_runs_every_part_on_the_cpu_and_writes_the_results(tmp_path)
     assert recipe["target_tokens_per_second"] > 0 and recipe["model_flops_per_second"] > 0
     assert [span["steps"] for span in recipe["spans"]] == [[2, 4], [4, 6]]  # every --logging_steps 2 after step 2
     assert all(span["steps_per_second"] > 0 for span in recipe["spans"])
+    assert recipe["profile"]["step"] == 2 and recipe["profile"]["kinds"]["matmul"]["ms"] > 0  # the last warm-up step
 
     for record in results["training"]:
         train, resume = record["runs"]["train"], record["runs"]["resume"]
         assert (train["first_step"], train["last_step"], resume["first_step"], resume["last_step"]) == (0, 6, 6, 9)
         assert train["timed_steps"] == 4 and resume["timed_steps"] == 1  # after 2 warm-up steps
+        assert (train["profile"]["step"], resume["profile"]["step"]) == (2, 8)  # each run's last warm-up step
         assert train["target_tokens_per_second"] > 0 and resume["target_tokens"] > 0
         assert record["report"]["validation"]["num_samples"] == 8
 
@@ -192,7 +194,14 @@ def test_the_dry_run_runs_every_part_on_the_cpu_and_writes_the_results(tmp_path)
 
     summary = (out / "gpu_acceptance.md").read_text()
     headings = ("## Parts", "## CUDA tests", "## Benchmark", "## The recipe", "## Training", "## Decoding")
-    for heading in (*headings, "torch.profiler", "by SDPA kernel: MATH", "Steps/s by span of logging steps: 2-4 "):
+    profiled = ("| recipe base, step 2 |", "| tiny ddp train, step 2 |", "| tiny ddp resume, step 8 |")
+    for heading in (
+        *headings,
+        *profiled,
+        "### One step under torch.profiler",
+        "by SDPA kernel: MATH",
+        "Steps/s by span of logging steps: 2-4 ",
+    ):
         assert heading in summary
     assert summary in proc.stdout  # the end of the output is what a job's log shows last
 
@@ -281,7 +290,10 @@ def test_the_summary_of_a_gpu_run_names_the_machine_the_failures_and_the_targets
             {"size": "demo", "config": "ddp", "runs": {"train": {
                 "status": "ok", "wall_seconds": 30.0, "first_step": 0, "last_step": 100, "steps_per_second": 31.0,
                 "target_tokens_per_second": 20000.0, "peak_memory_allocated_mb": 512.0, "world_size": 1,
-                "distributed_type": "MULTI_GPU", "wrapped_model": "VanillaTransformerForConditionalGeneration"}}},
+                "distributed_type": "MULTI_GPU", "wrapped_model": "VanillaTransformerForConditionalGeneration",
+                "profile": {"step": 10, "wall_ms": 33.0, "kernel_ms": 6.0, "busy_ms": 6.0, "idle_fraction": 0.82,
+                            "kernels": 700, "kinds": {"matmul": {"ms": 2.0, "kernels": 90, "share": 0.33}},
+                            "top": [["sm90_xmma_gemm", 0.2]], "host_top": [["cudaStreamSynchronize", 9.5]]}}}},
             {"size": "base", "config": "fsdp", "runs": {"train": {
                 "status": "ok", "wall_seconds": 30.0, "first_step": 0, "last_step": 150, "steps_per_second": 12.5,
                 "target_tokens_per_second": 110000.0, "peak_memory_allocated_mb": 6144.0, "world_size": 1,
@@ -301,6 +313,8 @@ def test_the_summary_of_a_gpu_run_names_the_machine_the_failures_and_the_targets
     assert "12 steps/s, 360,000 target tok/s, 31.0% of the card's dense bf16 peak; --max_tokens 32768 x 1" in text
     assert "- PASS: the recipe >= 85% of the benchmark's filled batch (ours (sdpa)): 0.90" in text
     assert "- PASS: the demo >= 30 steps/s: 31.0" in text
+    assert "| demo ddp train, step 10 | 33 | 6 | 82% | 700 | 2.0 (33%) |" in text  # the probe's profiled step
+    assert "- demo ddp train, step 10, the host's longest operators: cudaStreamSynchronize 9.50 ms" in text
     assert "9,000 greedy tok/s against 3,000 uncompiled" in text
     assert "- PASS: training >= 1.3x" in text and "- FAIL: training >= 40% of the dense bf16 peak: 0.35" in text
     assert "- error: ct2-bfloat16: libcublas.so.12: not found" in text
