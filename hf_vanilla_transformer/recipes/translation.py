@@ -264,8 +264,9 @@ PAPER_BATCHES = dict(max_tokens="4096", tokens_per_update=25000)
 GPU_PAPER_BATCHES = dict(max_tokens="auto", tokens_per_update=25000)
 # On a GPU, batches are collated by worker processes while the device trains (the order stays the main process's).
 GPU_LOADING = dict(dataloader_num_workers=4, dataloader_persistent_workers=True)
-# Under --torch_compile, lengths padded to a multiple of this many tokens: fewer distinct shapes to compile, and
-# tensor-core-sized products. (Compiled steps do not pack the real tokens, so a coarser multiple would cost compute.)
+# Under --torch_compile on an accelerator, lengths padded to a multiple of this many tokens: tensor-core-sized
+# products. Compiled steps do not pack the real tokens, so the padding costs compute, which a CPU does not win back
+# (with dynamic shapes, fewer distinct lengths do not mean fewer compilations).
 COMPILED_PAD_MULTIPLE = 8
 
 
@@ -497,7 +498,9 @@ def main(argv: list[str] | None = None, prog: str = "hf-vanilla-transformer trai
             tokenizer,
             model=model,
             label_pad_token_id=-100,
-            pad_to_multiple_of=COMPILED_PAD_MULTIPLE if training_args.torch_compile else None,
+            pad_to_multiple_of=(
+                COMPILED_PAD_MULTIPLE if training_args.torch_compile and training_args.device.type != "cpu" else None
+            ),
         ),
         compute_metrics=build_compute_metrics(tokenizer),
         max_tokens=recipe_args.max_tokens,

@@ -316,6 +316,28 @@ def test_two_processes_with_token_batches_give_the_losses_of_one_accumulating_tw
 
 
 @pytest.mark.slow
+def test_compiled_training_on_a_cpu_trains_the_eager_batches_to_the_eager_losses(tmp_path, varied_pairs, monkeypatch):
+    """`--torch_compile True` on a CPU: dynamic shapes without graph breaks over token batches of varying shapes; lengths are not padded to a multiple there (an accelerator's tensor cores want it, a CPU does not), so the
+    batches and, dropout off, the losses are the eager run's."""
+    from torch._dynamo.utils import counters
+
+    monkeypatch.setenv("ACCELERATE_DYNAMO_USE_DYNAMIC", "true")  # as the recipe sets it, restored after the test
+    common = ["--train_file", varied_pairs, *TOKEN_RUN, "--max_steps", 8, "--save_strategy", "no"]
+    run_training("--output_dir", tmp_path / "eager", *common)
+    torch._dynamo.reset()
+    counters.clear()
+    run_training("--output_dir", tmp_path / "compiled", *common, "--torch_compile", "True")
+    # At most two graphs: the second when a batch's source and target lengths first differ (docs/training-at-scale.md).
+    assert counters["stats"]["unique_graphs"] <= 2 and not counters["graph_break"]
+    tokens = {run: logged(tmp_path / run, "target_tokens_per_update") for run in ("eager", "compiled")}
+    assert tokens["compiled"] == tokens["eager"]
+    eager, compiled = logged(tmp_path / "eager", "loss"), logged(tmp_path / "compiled", "loss")
+    assert sorted(compiled) == sorted(eager) == list(range(1, 9))
+    for step in eager:
+        assert compiled[step] == pytest.approx(eager[step], rel=1e-3), step
+
+
+@pytest.mark.slow
 def test_a_run_with_token_batches_resumed_mid_epoch_sees_the_batches_of_the_uninterrupted_run(tmp_path, varied_pairs):
     common = ["--train_file", varied_pairs, *TOKEN_RUN, "--save_steps", 5]  # 11 batches per epoch
     run_training("--output_dir", tmp_path / "full", *common, "--max_steps", 14)
