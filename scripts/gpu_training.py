@@ -11,8 +11,8 @@ reads the peak GPU memory, the allocator's work and the attention setting; under
 torch compiled and how many graph breaks it met. The last warm-up step (with at least 2) runs under torch.profiler,
 from the end of the step before: fetching its batch, the step and the update, summarised as the GPU benchmark's
 profiles are (`scripts.gpu_benchmark.profile`: kernel time by kind, the GPU's idle share, the host's longest
-operators). Every process's tokens and FLOPs are summed and its memory maxed. The
-utilisation is against the card's dense bf16 peak (`scripts.gpu_benchmark.DENSE_BF16_TFLOPS`) times the process count.
+operators). Every process's tokens and FLOPs are summed and its memory maxed. The utilisation is against the card's
+dense bf16 peak (`scripts.gpu_benchmark.DENSE_BF16_TFLOPS`) times the process count.
 """
 
 import argparse
@@ -94,8 +94,9 @@ class Probe(TrainerCallback):
             return {"error": f"{type(error).__name__}: {error}"[-500:]}
 
     def on_train_end(self, args, state, control, **kwargs):
-        if self.profiler is not None:  # the run ended with the profiled step
-            self.profile = self.stop_profiler(args.device.type)
+        if self.profiler is not None:  # the run ended before the step to profile
+            self.profiler.stop()
+            self.profiler = None
         steps, seconds, tokens, flops = self.window or (0, 0.0, torch.zeros_like(self.tokens), self.flops * 0)
         peaks = torch.tensor(
             [torch.cuda.max_memory_allocated(), torch.cuda.max_memory_reserved()]
