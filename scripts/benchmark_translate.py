@@ -157,7 +157,7 @@ def main(argv=None):
     parser.add_argument("--source", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--output", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    if args.device != "cpu" and {"translate-2proc", "translate-int8"} & set(args.systems):
+    if not args.run and args.device != "cpu" and {"translate-2proc", "translate-int8"} & set(args.systems):
         parser.error("--device cuda: translate-2proc and translate-int8 are CPU systems; leave them out (--systems)")
     if args.run:
         seconds = run_system(args.run, args.model, args.source, args.output, args.device, args.dtype)

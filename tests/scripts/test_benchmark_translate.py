@@ -30,3 +30,16 @@ def test_the_static_cache_system_reports_its_first_pass_and_the_lines_identical_
 def test_cpu_systems_are_refused_on_a_gpu():
     with pytest.raises(SystemExit):
         benchmark_translate.main(["--model", "m", "--device", "cuda", "--systems", "translate", "translate-int8"])
+
+
+def test_a_measured_systems_own_process_on_a_gpu_runs_it(monkeypatch, capsys):
+    """The process that `measure` starts names one system (`--run`), not `--systems`: the check is the parent's."""
+    ran = []
+    monkeypatch.setattr(benchmark_translate, "run_system", lambda *args: ran.append(args) or {"wall": 1.0, "cpu": 1.0})
+    benchmark_translate.main(
+        ["--model", "m", "--run", "translate", "--device", "cuda", "--source", "s", "--output", "o"]
+    )
+    assert [args[0] for args in ran] == ["translate"] and json.loads(capsys.readouterr().out) == {
+        "wall": 1.0,
+        "cpu": 1.0,
+    }
