@@ -10,36 +10,49 @@ import torch
 from transformers.utils import is_torchdynamo_compiling
 
 
+# cuBLAS chooses a matmul's kernel the first time it meets its shape, tens of microseconds of host time each: on a GPU
+# each stack packs its rows up to a multiple of this many, with padded positions, so that a run meets a few row counts
+# instead of a new one at every batch. A CPU's matmuls have no such cost.
+PACKED_ROWS_MULTIPLE = {"cuda": 64}
+
+
 class Padding:
     """Which tokens of one side (the source, or the target) are real, and their states packed into rows.
 
-    Linear layers, layer norms, dropout and residual sums cost as much for a
-    padding token as for a real one, so each stack packs its real tokens once, (b, t, d) -> (n, d), and every layer
-    works on the packed rows; only the attention kernel, which needs the (b, t) layout, unpacks them. Padded positions
-    come back as zeros. Without padding, packing and unpacking do nothing. Under `torch.compile`, where `nonzero` has
-    no static size, packing flattens all b * t rows, padding included: the layers then see rows as they do eagerly,
-    and inductor's code for them is faster than for (b, t, d) states (on a CPU it saved the feed-forward's ReLU as a
-    byte mask, which cost more than the ReLU). Built by each stack from its 2D `attention_mask`.
+    Linear layers, layer norms, dropout and residual sums cost as much for a padding token as for a real one, so each
+    stack packs its real tokens once, (b, t, d) -> (n, d), and every layer works on the packed rows; only the attention
+    kernel, which needs the (b, t) layout, unpacks them. Padded positions come back as zeros, but for those packed to
+    round the rows up (`PACKED_ROWS_MULTIPLE`): these are computed, as in models that do not pack, and no real token
+    attends to them. Without padding, packing and unpacking do nothing. Under `torch.compile`, where `nonzero` has no
+    static size, packing flattens all b * t rows, padding included: the layers then see rows as they do eagerly, and
+    inductor's code for them is faster than for (b, t, d) states (on a CPU it saved the feed-forward's ReLU as a byte
+    mask, which cost more than the ReLU). Built by each stack from its 2D `attention_mask`.
     """
 
-    def __init__(self, attention_mask: torch.Tensor | None, pack: bool = True):
+    def __init__(self, attention_mask: torch.Tensor | None, pack: bool = True, rows_multiple: int = 1):
         self.mask = None  # (b, t) 2D mask while some token is padding (or may be, when compiling); else None
-        self.index = None  # (n,) flat indices of the real tokens, when packing
+        self.index = None  # (rows,) flat indices of the real tokens, then of padded ones up to `rows_multiple`
         self.flatten = False  # when packing under torch.compile: all b * t rows
         if attention_mask is None or attention_mask.dim() != 2:  # a 4D mask is applied as given, without packing
             return
         if is_torchdynamo_compiling():
             self.mask, self.flatten = attention_mask, pack
             return
-        index = attention_mask.flatten().nonzero().squeeze(-1)  # the only host synchronisation of a stack
-        if index.numel() < attention_mask.numel():
-            self.mask, self.index = attention_mask, index if pack else None
+        real = attention_mask.flatten() != 0
+        n = int(real.sum())  # the only host synchronisation of a stack
+        if n == real.numel():
+            return
+        self.mask = attention_mask
+        rows = min(-(-n // rows_multiple) * rows_multiple, real.numel())
+        if pack and rows < real.numel():
+            self.index = real.argsort(descending=True, stable=True)[:rows]  # the real tokens in order, then padding
 
     @classmethod
     def of_stack(cls, attention_mask: torch.Tensor | None, output_hidden_states: bool, cache=None) -> "Padding":
         """The `Padding` of a stack's side. Its states are not packed when recorded per layer (hidden states keep
         their (b, t, d) shape), nor after a right-padded prompt: the next token is read from its last position."""
-        padding = cls(attention_mask, pack=not output_hidden_states)
+        multiple = PACKED_ROWS_MULTIPLE.get(attention_mask.device.type, 1) if attention_mask is not None else 1
+        padding = cls(attention_mask, pack=not output_hidden_states, rows_multiple=multiple)
         if cache is not None and padding.index is not None and not padding.mask[:, -1].all():
             padding.index = None  # computed, as Marian and a static cache's 4D mask do, rather than zeros
         return padding
@@ -63,4 +76,4 @@ class Padding:
 NO_PADDING = Padding(None)
 
 
-__all__ = ["NO_PADDING", "Padding"]
+__all__ = ["NO_PADDING", "PACKED_ROWS_MULTIPLE", "Padding"]
