@@ -70,10 +70,10 @@ BUDGETS = {
 # leaves them out (minutes on a CPU), and the big size (the tiny size again).
 BENCHMARK = {
     "gpu": (
-        ["base-ours", "base-marian", "attention", "decoding"],
+        ["base-ours", "base-marian", "attention", "shapes", "decoding"],
         ["loss", "big-ours", "base-compiled", "big-compiled"],
     ),
-    "dry_run": (["base-ours", "base-marian", "attention", "decoding", "standard"], []),
+    "dry_run": (["base-ours", "base-marian", "attention", "shapes", "decoding", "standard"], []),
 }
 # The training runs: the recipe's options for each model, and the steps of its first and resumed run. Every run also
 # gets RECIPE_OPTIONS: bf16, no evaluation during training (one at the end, on EVALUATION pairs), no progress bars in
@@ -567,6 +567,14 @@ def benchmark_section(data: dict) -> list[str]:
         lines += [
             "",
             f"Self-attention with a padding mask, forward and backward, by SDPA kernel: {'; '.join(kernels)}.",
+        ]
+    shapes = data.get("shapes")
+    if shapes:
+        lines += [
+            "",
+            f"A bf16 linear layer ({shapes['d_model']} -> {shapes['ffn_dim']}), forward and backward on about "
+            f"{shapes['rows']} rows: {1e6 * shapes['same_rows_seconds']:.0f} us per call at one row count, "
+            f"{1e6 * shapes['new_rows_seconds']:.0f} us at a new row count every call.",
         ]
     lines += [""] + [
         f"- {'PASS' if t['passed'] else 'FAIL'}: {t['target']}: {t['value']:.2f}" for t in data.get("targets", [])

@@ -20,6 +20,10 @@ calls can split them around other work):
   Blackwell GPUs): seconds per call at the paper's batch, and the first call at each of ATTENTION["new_lengths"], where
   cuDNN builds an execution plan. The package's commands take cuDNN's kernel out of first place
   (`hf_vanilla_transformer.cuda.CUDA_DEFAULTS`); this says what that costs at one shape and saves at every new one;
+- `shapes`: a bf16 linear layer of the demo's sizes alone, forward and backward, small enough that the host's work sets
+  its time: seconds per call at one row count, and at a new row count every call, where cuBLAS chooses its kernels
+  anew (as packed rows not rounded up, `hf_vanilla_transformer.model.padding.PACKED_ROWS_MULTIPLE`, would meet at
+  every batch);
 - `loss`: the output projection and the loss alone, forward and backward, at the paper's batch (LOSS_SHAPE: 25,000
   target tokens, bf16 hidden states and weight), seconds and peak memory beyond the inputs (`scripts.loss_benchmark`):
   the loss the model used to compute (a float32 copy of all logits), `token_cross_entropy` (float32 one chunk of rows
@@ -79,6 +83,7 @@ RUNS = {  # the GPU run, and the dry run that checks the same steps on a CPU in 
         threads=os.cpu_count(),
         loss_shape=dict(rows=25000, vocab=37000, d_model=512),
         attention=dict(batch=1024, heads=8, head_dim=64, length=32, new_lengths=tuple(range(17, 25))),
+        shapes=dict(rows=1000, d_model=256, ffn_dim=1024, calls=200),
     ),
     # One thread: on a busy machine with few cores, a second one spin-waits and makes each step ten times slower.
     "dry_run": dict(
@@ -91,13 +96,14 @@ RUNS = {  # the GPU run, and the dry run that checks the same steps on a CPU in 
         threads=1,
         loss_shape=dict(rows=100, vocab=300, d_model=32),
         attention=dict(batch=4, heads=2, head_dim=16, length=8, new_lengths=(5, 6)),
+        shapes=dict(rows=20, d_model=32, ffn_dim=64, calls=5),
     ),  # fmt: skip
 }
 # Every measurement, in the order of a full run: what the targets need first, the compilations of the big size last.
 DECODING = "ours-static-compiled"  # the decoding measurement's row
 TRAINING_SYSTEMS = {"ours": OURS, "compiled": COMPILED, "marian": REFERENCE}
-MEASUREMENTS = ["base-ours", "base-marian", "attention", "base-compiled", "decoding", "big-ours", "big-compiled"]
-MEASUREMENTS += ["big-marian", "standard", "loss"]
+MEASUREMENTS = ["base-ours", "base-marian", "attention", "shapes", "base-compiled", "decoding", "big-ours"]
+MEASUREMENTS += ["big-compiled", "big-marian", "standard", "loss"]
 # torch's attention kernels that take a padding mask, by device (flash attention takes none).
 ATTENTION_BACKENDS = {"cuda": ("CUDNN_ATTENTION", "EFFICIENT_ATTENTION"), "cpu": ("MATH",)}
 # Rows per chunk of `token_cross_entropy` measured beside the model's LOSS_CHUNK_ROWS.
@@ -348,13 +354,14 @@ class Results:
             "skipped": {},
             "loss": {},
             "attention": {},
+            "shapes": {},
         }
         try:  # an earlier call's measurements of the same run (--measure splits them)
             earlier = json.loads(self.path.read_text())
         except (OSError, ValueError):
             earlier = {}
         if earlier.get("settings", {}).get("device_name") == settings["device_name"]:
-            for key in ("peaks", "measurements", "errors", "skipped", "loss", "attention"):
+            for key in ("peaks", "measurements", "errors", "skipped", "loss", "attention", "shapes"):
                 self.data[key].update(earlier.get(key, {}))
         self.save()
 
@@ -381,6 +388,23 @@ def attempt(results: Results, name: str, fn, *args):
     shown = {k: v for k, v in value.items() if "profile" not in k} if isinstance(value, dict) else value
     print(f"{name}: {shown} ({time.perf_counter() - start:.0f} s)", flush=True)
     return value
+
+
+def measure_matmul_shapes(device: str, shape: dict) -> dict:
+    """Seconds per forward and backward of a bf16 (d_model -> ffn_dim) linear layer on `rows` states: at one row count
+    (after a warm-up), and at a new row count every call (`rows` + 1, + 2, ...); `calls` calls each."""
+    layer = torch.nn.Linear(shape["d_model"], shape["ffn_dim"], device=device, dtype=torch.bfloat16)
+
+    def call(rows):
+        states = torch.randn(rows, shape["d_model"], device=device, dtype=torch.bfloat16, requires_grad=True)
+        layer(states).sum().backward()
+
+    rows, calls = shape["rows"], shape["calls"]
+    for _ in range(3):
+        call(rows)
+    same = timed(lambda: [call(rows) for _ in range(calls)], device)[0]
+    new = timed(lambda: [call(rows + i) for i in range(1, calls + 1)], device)[0]
+    return {"same_rows_seconds": same / calls, "new_rows_seconds": new / calls}
 
 
 def run(json_path: str, dry_run: bool, measure: list[str]) -> dict:
@@ -428,6 +452,10 @@ def run(json_path: str, dry_run: bool, measure: list[str]) -> dict:
                 value = attempt(results, f"attention {backend}", measure_attention, device, backend, shape)
                 if value:
                     results.data["attention"][backend] = {**value, **shape}
+        elif name == "shapes":
+            value = attempt(results, "matmul shapes", measure_matmul_shapes, device, plan["shapes"])
+            if value:
+                results.data["shapes"] = {**value, **plan["shapes"]}
         elif name == "standard":
             for system in (OURS, REFERENCE):
                 value = attempt(

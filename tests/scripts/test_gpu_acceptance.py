@@ -166,6 +166,8 @@ def test_the_dry_run_runs_every_part_on_the_cpu_and_writes_the_results(tmp_path)
     assert rows["ours-static-compiled"]["identical_rows"] == "64/64"
     attention = benchmark["attention"]["MATH"]  # the CPU's kernel here; cuDNN's and the efficient one on a GPU
     assert attention["seconds"] > 0 and attention["first_call_seconds"] > 0 and attention["new_lengths"] == [5, 6]
+    shapes = benchmark["shapes"]  # a linear layer at one row count, and at a new one every call
+    assert shapes["same_rows_seconds"] > 0 and shapes["new_rows_seconds"] > 0 and shapes["rows"] == 20
     assert [t["target"] for t in benchmark["targets"]] == [
         "base: training (ours (sdpa)) >= 2.0x MarianMTModel (sdpa) tokens/s",
         "compiled static-cache greedy >= 3.0x eager at batch 64",
@@ -281,6 +283,8 @@ def test_the_summary_of_a_gpu_run_names_the_machine_the_failures_and_the_targets
             ],
             "errors": {"ct2-bfloat16": "RuntimeError: benchmark_ctranslate2.py failed:\nlibcublas.so.12: not found"},
             "skipped": {},
+            "shapes": {"same_rows_seconds": 40e-6, "new_rows_seconds": 220e-6, "rows": 1000, "d_model": 256,
+                       "ffn_dim": 1024, "calls": 200},
         },
         "recipe": {"status": "ok", "wall_seconds": 150.0, "first_step": 0, "last_step": 120, "warmup_steps": 20,
                    "timed_steps": 100, "steps_per_second": 12.0, "target_tokens_per_second": 360000.0,
@@ -316,6 +320,7 @@ def test_the_summary_of_a_gpu_run_names_the_machine_the_failures_and_the_targets
     assert "| demo ddp train, step 10 | 33 | 6 | 82% | 700 | 2.0 (33%) |" in text  # the probe's profiled step
     assert "- demo ddp train, step 10, the host's longest operators: cudaStreamSynchronize 9.50 ms" in text
     assert "9,000 greedy tok/s against 3,000 uncompiled" in text
+    assert "(256 -> 1024), forward and backward on about 1000 rows: 40 us per call at one row count, 220 us" in text
     assert "- PASS: training >= 1.3x" in text and "- FAIL: training >= 40% of the dense bf16 peak: 0.35" in text
     assert "- error: ct2-bfloat16: libcublas.so.12: not found" in text
     assert (
