@@ -119,7 +119,7 @@ class VanillaTransformerAttention(nn.Module):
 
     def split_heads(self, states: torch.Tensor, padding: Padding) -> torch.Tensor:
         """Packed (n, d) or (b, t, d) -> (b, h, t, dh)."""
-        states = padding.unpack(states)
+        states = padding.spread(states)
         return states.view(*states.shape[:2], -1, self.head_dim).transpose(1, 2)
 
     def forward(

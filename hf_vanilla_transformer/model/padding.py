@@ -21,17 +21,19 @@ class Padding:
 
     Linear layers, layer norms, dropout and residual sums cost as much for a padding token as for a real one, so each
     stack packs its real tokens once, (b, t, d) -> (n, d), and every layer works on the packed rows; only the attention
-    kernel, which needs the (b, t) layout, unpacks them. Padded positions come back as zeros, but for those packed to
-    round the rows up (`PACKED_ROWS_MULTIPLE`): these are computed, as in models that do not pack, and no real token
-    attends to them. Without padding, packing and unpacking do nothing. Under `torch.compile`, where `nonzero` has no
-    static size, packing flattens all b * t rows, padding included: the layers then see rows as they do eagerly, and
-    inductor's code for them is faster than for (b, t, d) states (on a CPU it saved the feed-forward's ReLU as a byte
-    mask, which cost more than the ReLU). Built by each stack from its 2D `attention_mask`.
+    kernel, which needs the (b, t) layout, spreads them out. Where the rows are rounded up (`PACKED_ROWS_MULTIPLE`),
+    padded positions are packed too, computed as in models that do not pack; no real token attends to them, and the
+    stack's output has zeros at every padded position all the same. Without padding, packing and unpacking do
+    nothing. Under `torch.compile`, where `nonzero` has no static size, packing flattens all b * t rows, padding
+    included: the layers then see rows as they do eagerly, and inductor's code for them is faster than for (b, t, d)
+    states (on a CPU it saved the feed-forward's ReLU as a byte mask, which cost more than the ReLU). Built by each
+    stack from its 2D `attention_mask`.
     """
 
     def __init__(self, attention_mask: torch.Tensor | None, pack: bool = True, rows_multiple: int = 1):
         self.mask = None  # (b, t) 2D mask while some token is padding (or may be, when compiling); else None
         self.index = None  # (rows,) flat indices of the real tokens, then of padded ones up to `rows_multiple`
+        self.real = None  # the number of real tokens, when some token is padding
         self.flatten = False  # when packing under torch.compile: all b * t rows
         if attention_mask is None or attention_mask.dim() != 2:  # a 4D mask is applied as given, without packing
             return
@@ -39,11 +41,11 @@ class Padding:
             self.mask, self.flatten = attention_mask, pack
             return
         real = attention_mask.flatten() != 0
-        n = int(real.sum())  # the only host synchronisation of a stack
-        if n == real.numel():
+        self.real = int(real.sum())  # the only host synchronisation of a stack
+        if self.real == real.numel():
             return
         self.mask = attention_mask
-        rows = min(-(-n // rows_multiple) * rows_multiple, real.numel())
+        rows = min(-(-self.real // rows_multiple) * rows_multiple, real.numel())
         if pack and rows < real.numel():
             self.index = real.argsort(descending=True, stable=True)[:rows]  # the real tokens in order, then padding
 
@@ -58,18 +60,28 @@ class Padding:
         return padding
 
     def pack(self, states: torch.Tensor) -> torch.Tensor:
-        """(b, t, ...) -> (n, ...)."""
+        """(b, t, ...) -> (rows, ...)."""
         if self.flatten:
             return states.flatten(0, 1)
         return states if self.index is None else states.flatten(0, 1).index_select(0, self.index)
 
+    def spread(self, states: torch.Tensor) -> torch.Tensor:
+        """(rows, ...) -> (b, t, ...): every packed row at its position, those that round the rows up included, and
+        zeros elsewhere. What the attention kernel reads: no real token attends to a padded position."""
+        return self.place(states, self.index)
+
     def unpack(self, states: torch.Tensor) -> torch.Tensor:
-        """(n, ...) -> (b, t, ...), zeros at the padded positions."""
+        """(rows, ...) -> (b, t, ...), zeros at every padded position: a stack's output."""
+        if self.index is not None and len(self.index) > self.real:
+            return self.place(states[: self.real], self.index[: self.real])
+        return self.place(states, self.index)
+
+    def place(self, states: torch.Tensor, index: torch.Tensor | None) -> torch.Tensor:
         if self.flatten:
             return states.view(*self.mask.shape, *states.shape[1:])
-        if self.index is None:
+        if index is None:
             return states
-        unpacked = states.new_zeros(self.mask.numel(), *states.shape[1:]).index_copy_(0, self.index, states)
+        unpacked = states.new_zeros(self.mask.numel(), *states.shape[1:]).index_copy_(0, index, states)
         return unpacked.view(*self.mask.shape, *states.shape[1:])
 
 

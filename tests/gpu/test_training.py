@@ -1,5 +1,6 @@
 """Training steps on CUDA: bf16 and fp16 autocast (as `--bf16` / `--fp16` train) finite and close to float32, as
-few host synchronisations per step as the CPU test counts, and the chunked loss equal to torch's."""
+few host synchronisations per step as the CPU test counts, the packed rows rounded up without changing a real token's
+result, and the chunked loss equal to torch's."""
 
 import warnings
 
@@ -7,7 +8,7 @@ import pytest
 import torch
 
 from hf_vanilla_transformer import VanillaTransformerForConditionalGeneration
-from hf_vanilla_transformer.model import modeling_vanilla_transformer
+from hf_vanilla_transformer.model import modeling_vanilla_transformer, padding
 from tests.helpers import CUDA_TESTS, HOST_READS_PER_TRAINING_STEP, random_batch, require_bf16, tiny_config
 from tests.model.test_loss import loss_and_gradient, ours, reference
 
@@ -73,6 +74,44 @@ def test_a_training_step_synchronises_with_the_host_as_often_as_the_cpu_test_cou
     # Only the per-operation warnings: torch also warns once per process that the mode is a prototype.
     syncs = [str(w.message) for w in caught if "called a synchronizing CUDA operation" in str(w.message)]
     assert len(syncs) == HOST_READS_PER_TRAINING_STEP, syncs
+
+
+@pytest.mark.parametrize("attn_implementation", ["eager", "sdpa"])
+def test_packed_rows_rounded_up_on_cuda_change_nothing_a_real_token_sees(attn_implementation, monkeypatch):
+    """On CUDA each stack packs its rows up to a multiple of `PACKED_ROWS_MULTIPLE` with padded positions, here some of
+    a source row and a target row that are all padding: the loss, the gradients and the encoder's output (zeros at
+    every padded position) are those of the real rows alone."""
+    config = tiny_config(d_model=64, encoder_ffn_dim=128, decoder_ffn_dim=128, dropout=0.0, label_smoothing=0.1)
+    model = VanillaTransformerForConditionalGeneration._from_config(config, attn_implementation=attn_implementation)
+    model = model.cuda().train()
+    input_ids, attention_mask, labels = random_batch(batch_size=8, source_length=30, target_length=30)
+    input_ids[1], attention_mask[1], labels[3] = 0, 0, -100
+    batch = {name: value.cuda() for name, value in dict(input_ids=input_ids, attention_mask=attention_mask).items()}
+    rows = []
+    of_stack = padding.Padding.of_stack
+
+    def recording_of_stack(*args, **kwargs):
+        stack_padding = of_stack(*args, **kwargs)
+        rows.append(len(stack_padding.index))
+        return stack_padding
+
+    def step():
+        model.zero_grad(set_to_none=True)
+        loss = model(**batch, labels=labels.cuda()).loss
+        loss.backward()
+        with torch.no_grad():
+            states = model.get_encoder()(**batch).last_hidden_state
+        return loss, gradients(model), states
+
+    monkeypatch.setattr(padding.Padding, "of_stack", recording_of_stack)
+    rounded = step()
+    monkeypatch.setitem(padding.PACKED_ROWS_MULTIPLE, "cuda", 1)
+    exact = step()
+    assert rows == [192, 192, 192, 156, 185, 156]  # 156 source and 185 target tokens, rounded up to multiples of 64
+    assert torch.all(rounded[2][~batch["attention_mask"].bool()] == 0)
+    for value, expected in zip(rounded, exact):
+        assert torch.isfinite(value).all()
+        torch.testing.assert_close(value, expected, atol=1e-5, rtol=1e-4)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])

@@ -531,9 +531,11 @@ def test_a_padded_training_batch_gives_the_gradients_of_its_rows_alone():
 @pytest.mark.parametrize("attn_implementation", ["eager", "sdpa"])
 def test_rows_rounded_up_with_padded_positions_change_nothing_a_real_token_sees(attn_implementation, monkeypatch):
     """On a GPU each stack packs its rows up to a multiple of `PACKED_ROWS_MULTIPLE` with padded positions (a few
-    matmul shapes per run): the loss, the gradients and every real token's states stay those of the real rows."""
+    matmul shapes per run), here some of a source row and a target row that are all padding (whose real tokens attend
+    to padding alone): the loss, the gradients and the stacks' outputs stay those of the real rows."""
     model = make_model(attn_implementation, dropout=0.0, label_smoothing=0.1).train()
     input_ids, attention_mask, labels = random_batch(batch_size=4, source_length=9, target_length=8)
+    input_ids[1], attention_mask[1], labels[3] = 0, 0, -100
     rows = []
     of_stack = padding.Padding.of_stack
 
@@ -553,14 +555,14 @@ def test_rows_rounded_up_with_padded_positions_change_nothing_a_real_token_sees(
     packed, packed_states, packed_grads = step()
     monkeypatch.setitem(padding.PACKED_ROWS_MULTIPLE, "cpu", 5)
     rounded, rounded_states, rounded_grads = step()
-    assert rows == [24, 26, 24, 25, 30, 25]  # source 24 and target 26 real tokens: 25 and 30 rows rounded up
+    assert rows == [17, 21, 17, 20, 25, 20]  # source 17 and target 21 real tokens: 20 and 25 rows rounded up
 
     torch.testing.assert_close(rounded.loss, packed.loss, atol=1e-6, rtol=1e-6)
     has_target = labels != -100
     assert torch.all(rounded.logits[~has_target] == 0)
     torch.testing.assert_close(rounded.logits[has_target], packed.logits[has_target], atol=1e-5, rtol=1e-5)
-    real = attention_mask.bool()
-    torch.testing.assert_close(rounded_states[real], packed_states[real], atol=1e-5, rtol=1e-5)
+    assert torch.all(rounded_states[~attention_mask.bool()] == 0)
+    torch.testing.assert_close(rounded_states, packed_states, atol=1e-5, rtol=1e-5)
     for name, grad in packed_grads.items():
         torch.testing.assert_close(rounded_grads[name], grad, atol=1e-6, rtol=1e-5, msg=name)
 
