@@ -10,9 +10,9 @@ import torch
 from transformers.utils import is_torchdynamo_compiling
 
 
-# cuBLAS chooses a matmul's kernel the first time it meets its shape, tens of microseconds of host time each: on a GPU
-# each stack packs its rows up to a multiple of this many, with padded positions, so that a run meets a few row counts
-# instead of a new one at every batch. A CPU's matmuls have no such cost.
+# cuBLAS chooses a matmul's kernels the first time it meets its shape, which costs the host time: on a GPU each stack
+# packs its rows up to a multiple of this many, with padded positions, so that a run meets a few row counts instead of
+# a new one at every batch. On a CPU the added rows would only cost compute.
 PACKED_ROWS_MULTIPLE = {"cuda": 64}
 
 
