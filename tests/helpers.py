@@ -25,6 +25,7 @@ from transformers import PreTrainedTokenizerFast
 from hf_vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
 from hf_vanilla_transformer.data.corpus import BUNDLED_CORPUS
 from hf_vanilla_transformer.data.tokenizer import train_shared_bpe_tokenizer
+from hf_vanilla_transformer.model.padding import Padding
 
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -86,6 +87,19 @@ def random_batch(batch_size=3, source_length=7, target_length=5, vocab_size=99, 
     input_ids[0, -1] = 2
     labels[0, -1] = 2
     return input_ids, attention_mask, labels
+
+
+def record_packed_rows(monkeypatch) -> list[int]:
+    """The number of rows each stack packs from now on (`Padding.of_stack`), in the order the stacks run."""
+    rows, of_stack = [], Padding.of_stack
+
+    def recording_of_stack(*args, **kwargs):
+        padding = of_stack(*args, **kwargs)
+        rows.append(len(padding.index))
+        return padding
+
+    monkeypatch.setattr(Padding, "of_stack", recording_of_stack)
+    return rows
 
 
 SENTENCES = [  # German, English, German, English, ...

@@ -9,7 +9,14 @@ import torch
 
 from hf_vanilla_transformer import VanillaTransformerForConditionalGeneration
 from hf_vanilla_transformer.model import modeling_vanilla_transformer, padding
-from tests.helpers import CUDA_TESTS, HOST_READS_PER_TRAINING_STEP, random_batch, require_bf16, tiny_config
+from tests.helpers import (
+    CUDA_TESTS,
+    HOST_READS_PER_TRAINING_STEP,
+    random_batch,
+    record_packed_rows,
+    require_bf16,
+    tiny_config,
+)
 from tests.model.test_loss import loss_and_gradient, ours, reference
 
 
@@ -89,13 +96,6 @@ def test_packed_rows_rounded_up_on_cuda_change_nothing_a_real_token_sees(attn_im
     input_ids, attention_mask, labels = random_batch(batch_size=8, source_length=30, target_length=30)
     input_ids[1], attention_mask[1], labels[3] = 0, 0, -100
     batch = {name: value.cuda() for name, value in dict(input_ids=input_ids, attention_mask=attention_mask).items()}
-    rows = []
-    of_stack = padding.Padding.of_stack
-
-    def recording_of_stack(*args, **kwargs):
-        stack_padding = of_stack(*args, **kwargs)
-        rows.append(len(stack_padding.index))
-        return stack_padding
 
     def step():
         model.zero_grad(set_to_none=True)
@@ -105,7 +105,7 @@ def test_packed_rows_rounded_up_on_cuda_change_nothing_a_real_token_sees(attn_im
             states = model.get_encoder()(**batch).last_hidden_state
         return loss, gradients(model), states
 
-    monkeypatch.setattr(padding.Padding, "of_stack", recording_of_stack)
+    rows = record_packed_rows(monkeypatch)
     rounded = step()
     monkeypatch.setitem(padding.PACKED_ROWS_MULTIPLE, "cuda", 1)
     exact = step()

@@ -18,7 +18,7 @@ from hf_vanilla_transformer.model.modeling_vanilla_transformer import (
     VanillaTransformerEncoderLayer,
     VanillaTransformerSinusoidalPositionalEncoding,
 )
-from tests.helpers import HOST_READS_PER_TRAINING_STEP, ROOT, free_port, random_batch, tiny_config
+from tests.helpers import HOST_READS_PER_TRAINING_STEP, ROOT, free_port, random_batch, record_packed_rows, tiny_config
 
 
 def make_model(attn_implementation="eager", **overrides):
@@ -536,13 +536,6 @@ def test_rows_rounded_up_with_padded_positions_change_nothing_a_real_token_sees(
     model = make_model(attn_implementation, dropout=0.0, label_smoothing=0.1).train()
     input_ids, attention_mask, labels = random_batch(batch_size=4, source_length=9, target_length=8)
     input_ids[1], attention_mask[1], labels[3] = 0, 0, -100
-    rows = []
-    of_stack = padding.Padding.of_stack
-
-    def recording_of_stack(*args, **kwargs):
-        stack_padding = of_stack(*args, **kwargs)
-        rows.append(len(stack_padding.index))
-        return stack_padding
 
     def step():
         model.zero_grad()
@@ -551,7 +544,7 @@ def test_rows_rounded_up_with_padded_positions_change_nothing_a_real_token_sees(
         encoder_states = model.get_encoder()(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
         return out, encoder_states, {name: p.grad.clone() for name, p in model.named_parameters()}
 
-    monkeypatch.setattr(padding.Padding, "of_stack", recording_of_stack)
+    rows = record_packed_rows(monkeypatch)
     packed, packed_states, packed_grads = step()
     monkeypatch.setitem(padding.PACKED_ROWS_MULTIPLE, "cpu", 5)
     rounded, rounded_states, rounded_grads = step()
