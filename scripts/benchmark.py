@@ -86,6 +86,7 @@ TORCH_SYSTEMS = {
     "ours-labels": "ours, labels only",
     "ours-logits": "ours, loss from logits",
     "ours-compiled": "ours, torch.compile",
+    "ours-cudagraphs": "ours, torch.compile with CUDA graphs",
     "ours-translate": "ours, translate's engine",
     "marian-sdpa": "MarianMTModel (sdpa)",
     "marian-eager": "MarianMTModel (eager)",
@@ -93,9 +94,12 @@ TORCH_SYSTEMS = {
 }
 OURS, REFERENCE = "ours-sdpa", "marian-sdpa"  # the targets compare these two (and CTranslate2)
 COMPILED = "ours-compiled"  # ours-sdpa under torch.compile (inductor), as Trainer's --torch_compile runs it
+# COMPILED with CUDA graphs (`mode="reduce-overhead"`, as `--torch_compile_mode reduce-overhead` runs it): on a GPU the
+# host launches each graph at once instead of its kernels one by one; on a CPU it is COMPILED.
+CUDA_GRAPHS = "ours-cudagraphs"
 # The three other ways of training our model (sdpa): they differ from ours-sdpa in training only, so they do not
 # generate; and the engine of `translate` (its own search over the same model), which differs in generation only.
-TRAINING_CALL_PATHS = {"ours-labels", "ours-logits", COMPILED}
+TRAINING_CALL_PATHS = {"ours-labels", "ours-logits", COMPILED, CUDA_GRAPHS}
 GENERATION_PATHS = {"ours-translate"}
 RATIO_METRICS = [f"{task}_tokens_per_s" for task in TASKS] + ["train_peak_mb"]
 CT2_SCRIPT = Path(__file__).with_name("benchmark_ctranslate2.py")
@@ -188,7 +192,9 @@ def build_model(system: str, size: str, seed: int = SEED) -> nn.Module:
         return MarianMTModel._from_config(marian_config(size), attn_implementation=attn_implementation)
     config = model_config_for("vanilla", **size_fields(size), dropout=0.1, label_smoothing=LABEL_SMOOTHING)
     model = VanillaTransformerForConditionalGeneration._from_config(config, attn_implementation=attn_implementation)
-    return torch.compile(model) if system == COMPILED else model
+    if system in (COMPILED, CUDA_GRAPHS):
+        return torch.compile(model, mode="reduce-overhead" if system == CUDA_GRAPHS else None)
+    return model
 
 
 def training_loss(model: nn.Module, system: str, batch: dict) -> torch.Tensor:
@@ -200,7 +206,7 @@ def training_loss(model: nn.Module, system: str, batch: dict) -> torch.Tensor:
     """
     if system == "ours-labels":
         return model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], labels=batch["labels"]).loss
-    if system in ("ours-sdpa", "ours-eager", COMPILED):
+    if system in ("ours-sdpa", "ours-eager", COMPILED, CUDA_GRAPHS):
         return model(**batch).loss
     inputs = {name: value for name, value in batch.items() if name not in ("labels", "decoder_attention_mask")}
     if system == "ours-logits":
@@ -397,7 +403,7 @@ def measure_torch(
 
     if system not in GENERATION_PATHS:
         # warm-up: every batch shape once (compiling them), except the slow size's uncompiled systems
-        train(batches if size not in ("base", "big") or system == COMPILED else batches[:1])
+        train(batches if size not in ("base", "big") or system in (COMPILED, CUDA_GRAPHS) else batches[:1])
         passes = TRAIN_PASSES[size]
         seconds = timed(lambda: [train(batches) for _ in range(passes)], device)[0]
         result = {"train": seconds / passes, "train_peak_mb": peak_memory_mb(device)}

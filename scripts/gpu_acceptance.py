@@ -17,8 +17,8 @@ so), in this order (what the targets need first; the big size's compilations las
    through the compiled static cache (`--compile always`): sentences/s, compilation, lines identical
    (`scripts.benchmark_translate`);
 6. tests: the suite's CUDA tests (`pytest -m cuda tests/gpu`);
-7. benchmark, big: the benchmark's training row at the paper's big size (eager), then the compiled rows of the base
-   and big sizes.
+7. benchmark, big: the benchmark's compiled training rows at the paper's base size (torch.compile, then with CUDA
+   graphs), then its rows at the big size (eager, then compiled).
 DIR gets gpu_acceptance.md (the summary), gpu_acceptance.json (every figure) and gpu_acceptance.log (every part's
 output), rewritten after each part: a part that fails, or the end of the time limit, loses no other part's results.
 Models, checkpoints and installed wheels go to a temporary folder. `--wheels FOLDER` first installs FOLDER's wheels
@@ -71,7 +71,7 @@ BUDGETS = {
 BENCHMARK = {
     "gpu": (
         ["base-ours", "base-marian", "attention", "shapes", "decoding"],
-        ["loss", "big-ours", "base-compiled", "big-compiled"],
+        ["loss", "big-ours", "base-compiled", "base-cudagraphs", "big-compiled"],
     ),
     "dry_run": (["base-ours", "base-marian", "attention", "shapes", "decoding", "standard"], []),
 }

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from scripts import gpu_acceptance
-from scripts.gpu_benchmark import card_peak
+from scripts.gpu_benchmark import card_peak, check_targets
 from scripts.gpu_environment import commit
 from tests.helpers import NO_CUDA, ROOT
 
@@ -327,3 +327,29 @@ def test_the_summary_of_a_gpu_run_names_the_machine_the_failures_and_the_targets
         "| base fsdp train | ok | FSDP / FSDPVanillaTransformerForConditionalGeneration x1 | 0->150 | 12.5 |" in text
     )
     assert "| 110,000 | 6 | 30 |" in text  # target tok/s, peak GiB, wall seconds
+
+
+def test_the_training_targets_take_the_fastest_of_ours_eager_compiled_and_compiled_with_cuda_graphs():
+    def row(system, label, tokens_per_s, utilisation=None):
+        return {"size": "base", "system": system, "label": label, "train_filled_tokens_per_s": tokens_per_s} | (
+            {"train_filled_utilisation": utilisation} if utilisation else {}
+        )
+
+    rows = [
+        row("ours-sdpa", "ours (sdpa)", 270_000, 0.10),
+        row("ours-compiled", "ours, torch.compile", 420_000, 0.16),
+        row("ours-cudagraphs", "ours, torch.compile with CUDA graphs", 500_000, 0.19),
+        row("marian-sdpa", "MarianMTModel (sdpa)", 200_000),
+    ]
+    assert check_targets(rows) == [
+        {
+            "target": "base: training (ours, torch.compile with CUDA graphs) >= 2.0x MarianMTModel (sdpa) tokens/s",
+            "value": 2.5,
+            "passed": True,
+        },
+        {
+            "target": "base: training (ours, torch.compile with CUDA graphs) >= 30% of the dense bf16 peak",
+            "value": 0.19,
+            "passed": False,
+        },
+    ]
