@@ -437,6 +437,13 @@ def run(json_path: str, dry_run: bool, measure: list[str]) -> dict:
         },
     )
     results.data["peaks"]["card_dense_bf16"] = card and card[1]
+
+    def save() -> None:  # with the rows and targets of everything measured so far, an earlier call's measurements too
+        results.data["rows"] = summarize(results.data, sizes, filled, standard)
+        results.data["targets"] = check_targets(results.data["rows"])
+        results.save()
+
+    save()
     if not any(k.startswith("matmul") for k in results.data["peaks"]):
         matmul = attempt(results, f"matmul {plan['matmul']}", measure_matmul, device, plan["matmul"])
         results.data["peaks"][f"matmul_{plan['matmul']}"] = matmul
@@ -476,9 +483,7 @@ def run(json_path: str, dry_run: bool, measure: list[str]) -> dict:
             )  # fmt: skip
             if value:
                 results.record(f"{size}/{system}/train_filled", value)
-        results.data["rows"] = summarize(results.data, sizes, filled, standard)
-        results.data["targets"] = check_targets(results.data["rows"])
-        results.save()
+        save()
     return results.data
 
 

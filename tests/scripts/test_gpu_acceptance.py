@@ -353,3 +353,17 @@ def test_the_training_targets_take_the_fastest_of_ours_eager_compiled_and_compil
             "passed": False,
         },
     ]
+
+
+def test_a_benchmark_call_keeps_the_rows_of_an_earlier_call_from_its_start(tmp_path):
+    """The acceptance run's second benchmark part adds to the first's file, and may be stopped before its first
+    measurement ends: the file it rewrites at its start must still hold the first part's rows and targets."""
+    from scripts.gpu_benchmark import run
+
+    path = tmp_path / "benchmark.json"
+    first = run(str(path), dry_run=True, measure=["base-ours", "base-marian"])
+    assert {row["system"] for row in first["rows"]} >= {"ours-sdpa", "marian-sdpa"}
+    second = run(str(path), dry_run=True, measure=[])  # started, then stopped before a measurement
+    saved = json.loads(path.read_text())
+    assert saved["rows"] == second["rows"] == first["rows"]
+    assert saved["targets"] == first["targets"]
