@@ -26,6 +26,7 @@ from pathlib import Path
 import torch
 import transformers
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, Seq2SeqTrainingArguments, set_seed
+from transformers.utils import is_torch_greater_or_equal
 
 from ..data.cleaning import CleaningRules, clean_pairs
 from ..data.corpus import (
@@ -263,7 +264,9 @@ OWN_CORPUS_DEFAULTS = {key: value for key, value in DEMO_DEFAULTS.items() if key
 PAPER_BATCHES = dict(max_tokens="4096", tokens_per_update=25000)
 GPU_PAPER_BATCHES = dict(max_tokens="auto", tokens_per_update=25000)
 # On a GPU, batches are collated by worker processes while the device trains (the order stays the main process's).
-GPU_LOADING = dict(dataloader_num_workers=4, dataloader_persistent_workers=True)
+# They persist between epochs and evaluations only where torch shuts such workers down at exit: before 2.13, with
+# pinned memory, it waited 5 s for each worker of each loader there (pytorch/pytorch#81794), a minute after the demo.
+GPU_LOADING = dict(dataloader_num_workers=4, dataloader_persistent_workers=is_torch_greater_or_equal("2.13"))
 # Under --torch_compile on an accelerator, lengths padded to a multiple of this many tokens: tensor-core-sized
 # products. Compiled steps do not pack the real tokens, so the padding costs compute, which a CPU does not win back
 # (with dynamic shapes, fewer distinct lengths do not mean fewer compilations).
