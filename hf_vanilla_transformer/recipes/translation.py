@@ -488,9 +488,12 @@ def main(argv: list[str] | None = None, prog: str = "hf-vanilla-transformer trai
     datasets, lengths_report = tokenize_splits(corpus, tokenizer, data_args, training_args, positions)
     del corpus  # unmaps the texts, whose pages the BPE and the tokenizer read: 1 GB at 4.5 million pairs
     if training_args.torch_compile:
-        # Batches vary in shape: compiled with dynamic shapes from the first batch on, one compilation instead of a
-        # static one followed by a dynamic one (accelerate's setting; Trainer leaves it unset).
-        os.environ.setdefault("ACCELERATE_DYNAMO_USE_DYNAMIC", "true")
+        # Batches vary in shape: compiled with dynamic shapes from the first batch on (accelerate's setting; Trainer
+        # leaves it unset). `accelerate launch` sets it to False where its own configuration does not compile (backend
+        # NO): compiled so, every new shape would compile anew, up to torch's limit, then run eagerly.
+        launcher_default = os.environ.get("ACCELERATE_DYNAMO_BACKEND") == "NO"
+        if launcher_default or "ACCELERATE_DYNAMO_USE_DYNAMIC" not in os.environ:
+            os.environ["ACCELERATE_DYNAMO_USE_DYNAMIC"] = "true"
     trainer = TranslationTrainer(
         model=model,
         args=training_args,
