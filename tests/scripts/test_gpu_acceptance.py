@@ -144,7 +144,7 @@ def test_the_dry_run_runs_every_part_on_the_cpu_and_writes_the_results(tmp_path)
     # What comes back from the GPU machine: at most 8 files, none in a folder.
     assert sorted(p.name for p in out.iterdir()) == ["gpu_acceptance.json", "gpu_acceptance.log", "gpu_acceptance.md"]
     results = json.loads((out / "gpu_acceptance.json").read_text())
-    runs = [f"{kind} tiny ddp" for kind in ("train", "resume")]
+    runs = [f"{kind} tiny ddp" for kind in ("train", "resume")] + ["compiled tiny-compiled ddp"]
     assert [(p["name"], p["status"]) for p in results["parts"]] == [
         (name, "ok") for name in ["environment", "benchmark", "recipe base", *runs, "decoding", "tests"]
     ]
@@ -181,7 +181,11 @@ def test_the_dry_run_runs_every_part_on_the_cpu_and_writes_the_results(tmp_path)
     assert all(span["steps_per_second"] > 0 for span in recipe["spans"])
     assert recipe["profile"]["step"] == 2 and recipe["profile"]["kinds"]["matmul"]["ms"] > 0  # the last warm-up step
 
-    for record in results["training"]:
+    eager, compiled = results["training"]
+    run = compiled["runs"]["compiled"]  # the same recipe compiled: one graph for every batch shape, not resumed
+    assert list(compiled["runs"]) == ["compiled"] and (run["first_step"], run["last_step"]) == (0, 6)
+    assert run["torch_compile"] and run["compiled_graphs"] == 1 and run["steps_per_second"] > 0
+    for record in [eager]:
         train, resume = record["runs"]["train"], record["runs"]["resume"]
         assert (train["first_step"], train["last_step"], resume["first_step"], resume["last_step"]) == (0, 6, 6, 9)
         assert train["timed_steps"] == 4 and resume["timed_steps"] == 1  # after 2 warm-up steps
@@ -203,6 +207,7 @@ def test_the_dry_run_runs_every_part_on_the_cpu_and_writes_the_results(tmp_path)
         "### One step under torch.profiler",
         "by SDPA kernel: MATH",
         "Steps/s by span of logging steps: 2-4 ",
+        "- the demo with --torch_compile: ",
     ):
         assert heading in summary
     assert summary in proc.stdout  # the end of the output is what a job's log shows last
