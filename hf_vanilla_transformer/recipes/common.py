@@ -1,6 +1,8 @@
 """What the three heads' recipes share: the paper's optimizer and schedule, the demo model's sizes, sizes and a
 tokenizer -> a configuration, and the argument parsing of `hf-vanilla-transformer train ...`."""
 
+import os
+
 from huggingface_hub.errors import StrictDataclassError
 from transformers import HfArgumentParser, MarianConfig, PreTrainedConfig
 
@@ -129,7 +131,18 @@ def parse_recipe_arguments(dataclass_types, defaults: dict, argv: list[str] | No
     if unknown:  # HfArgumentParser would raise a ValueError: a traceback for a user's mistake
         parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     check_minimums(MINIMUMS, *parsed)
+    if any(getattr(arguments, "torch_compile", False) for arguments in parsed):
+        compile_with_dynamic_shapes()
     return tuple(parsed)
+
+
+def compile_with_dynamic_shapes() -> None:
+    """Batches vary in shape: under `--torch_compile` the model is compiled with dynamic shapes from the first batch on
+    (accelerate's setting; Trainer leaves it unset). `accelerate launch` sets it to False where its own configuration
+    does not compile (backend NO): compiled so, every new shape would compile anew, up to torch's limit."""
+    launcher_default = os.environ.get("ACCELERATE_DYNAMO_BACKEND") == "NO"
+    if launcher_default or "ACCELERATE_DYNAMO_USE_DYNAMIC" not in os.environ:
+        os.environ["ACCELERATE_DYNAMO_USE_DYNAMIC"] = "true"
 
 
 __all__ = [

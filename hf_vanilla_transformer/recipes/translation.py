@@ -17,7 +17,6 @@ scale.
 
 import argparse
 import logging
-import os
 import shlex
 import time
 from dataclasses import dataclass, field
@@ -487,13 +486,6 @@ def main(argv: list[str] | None = None, prog: str = "hf-vanilla-transformer trai
     check_lengths(data_args, recipe_args, positions)
     datasets, lengths_report = tokenize_splits(corpus, tokenizer, data_args, training_args, positions)
     del corpus  # unmaps the texts, whose pages the BPE and the tokenizer read: 1 GB at 4.5 million pairs
-    if training_args.torch_compile:
-        # Batches vary in shape: compiled with dynamic shapes from the first batch on (accelerate's setting; Trainer
-        # leaves it unset). `accelerate launch` sets it to False where its own configuration does not compile (backend
-        # NO): compiled so, every new shape would compile anew, up to torch's limit, then run eagerly.
-        launcher_default = os.environ.get("ACCELERATE_DYNAMO_BACKEND") == "NO"
-        if launcher_default or "ACCELERATE_DYNAMO_USE_DYNAMIC" not in os.environ:
-            os.environ["ACCELERATE_DYNAMO_USE_DYNAMIC"] = "true"
     trainer = TranslationTrainer(
         model=model,
         args=training_args,
