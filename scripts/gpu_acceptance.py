@@ -68,8 +68,7 @@ BUDGETS = {
 }
 # The benchmark's measurements (scripts.gpu_benchmark.MEASUREMENTS) of the two benchmark parts. The compilations of the
 # training step (about a minute each on an H100 host) and the loss's variants (1.5-2.5 minutes) come last, the rows the
-# targets read first. The dry run
-# leaves them out (minutes on a CPU), and the big size (the tiny size again).
+# targets read first. The dry run leaves them out (minutes on a CPU), and the big size (the tiny size again).
 BENCHMARK = {
     "gpu": (
         ["base-ours", "base-marian", "attention", "shapes", "decoding"],
@@ -84,7 +83,7 @@ EVALUATION = ["--max_eval_samples", "64", "--max_test_samples", "64", "--transla
 TRAINING = {
     "demo": dict(options=EVALUATION, steps=(100, 130)),
     # Eager, the demo's steps leave the GPU idle for the host's work per operator; compiled, the same recipe, not
-    # resumed. Its compilations (the first batch, then dynamic shapes) fall in the warm-up steps.
+    # resumed. It compiles in its warm-up steps (dynamic shapes from the first batch).
     "demo-compiled": dict(options=[*EVALUATION, "--torch_compile", "True"], steps=(100,), kinds=("compiled",)),
 }
 TINY_MODEL = ["--d_model", "32", "--ffn_dim", "64", "--attention_heads", "2", "--encoder_layers", "1"]

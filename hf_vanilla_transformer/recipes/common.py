@@ -138,8 +138,9 @@ def parse_recipe_arguments(dataclass_types, defaults: dict, argv: list[str] | No
 
 def compile_with_dynamic_shapes() -> None:
     """Batches vary in shape: under `--torch_compile` the model is compiled with dynamic shapes from the first batch on
-    (accelerate's setting; Trainer leaves it unset). `accelerate launch` sets it to False where its own configuration
-    does not compile (backend NO): compiled so, every new shape would compile anew, up to torch's limit."""
+    (accelerate's setting; Trainer leaves it unset), unless the user set it. `accelerate launch` sets it to False
+    where its own configuration does not compile (backend NO): compiled so, every new shape would compile anew, up to
+    torch's limit."""
     launcher_default = os.environ.get("ACCELERATE_DYNAMO_BACKEND") == "NO"
     if launcher_default or "ACCELERATE_DYNAMO_USE_DYNAMIC" not in os.environ:
         os.environ["ACCELERATE_DYNAMO_USE_DYNAMIC"] = "true"
