@@ -163,7 +163,8 @@ class Run:
         run's time limit; its record (status ok, failed, stopped or not run) is added to the results."""
         left = self.deadline - time.monotonic()
         budget = min(self.budget(kind), left)
-        part = {"name": name, "status": "running", "command": shlex.join(argv), "budget_s": round(budget)}
+        shown = shlex.join(argv).replace(f"{ROOT}/", "")  # run from the repository's root: its paths as from there
+        part = {"name": name, "status": "running", "command": shown, "budget_s": round(budget)}
         self.results["parts"].append(part)
         if left < 5:
             part.update(status="not run", note="the run's time limit was reached")

@@ -148,6 +148,7 @@ def test_the_dry_run_runs_every_part_on_the_cpu_and_writes_the_results(tmp_path)
     assert [(p["name"], p["status"]) for p in results["parts"]] == [
         (name, "ok") for name in ["environment", "benchmark", "recipe base", *runs, "decoding", "tests"]
     ]
+    assert not [p["command"] for p in results["parts"] if str(ROOT) in p["command"]]  # as run, from the root
 
     env = results["environment"]
     assert env["packages"]["torch"] and env["commit"] and env["cuda_available"] is False
