@@ -186,13 +186,12 @@ def test_the_dry_run_runs_every_part_on_the_cpu_and_writes_the_results(tmp_path)
     run = compiled["runs"]["compiled"]  # the same recipe compiled: one graph for every batch shape, not resumed
     assert list(compiled["runs"]) == ["compiled"] and (run["first_step"], run["last_step"]) == (0, 6)
     assert run["torch_compile"] and run["compiled_graphs"] == 1 and run["steps_per_second"] > 0
-    for record in [eager]:
-        train, resume = record["runs"]["train"], record["runs"]["resume"]
-        assert (train["first_step"], train["last_step"], resume["first_step"], resume["last_step"]) == (0, 6, 6, 9)
-        assert train["timed_steps"] == 4 and resume["timed_steps"] == 1  # after 2 warm-up steps
-        assert (train["profile"]["step"], resume["profile"]["step"]) == (2, 8)  # each run's last warm-up step
-        assert train["target_tokens_per_second"] > 0 and resume["target_tokens"] > 0
-        assert record["report"]["validation"]["num_samples"] == 8
+    train, resume = eager["runs"]["train"], eager["runs"]["resume"]
+    assert (train["first_step"], train["last_step"], resume["first_step"], resume["last_step"]) == (0, 6, 6, 9)
+    assert train["timed_steps"] == 4 and resume["timed_steps"] == 1  # after 2 warm-up steps
+    assert (train["profile"]["step"], resume["profile"]["step"]) == (2, 8)  # each run's last warm-up step
+    assert train["target_tokens_per_second"] > 0 and resume["target_tokens"] > 0
+    assert eager["report"]["validation"]["num_samples"] == 8 == compiled["report"]["validation"]["num_samples"]
 
     decoding = results["decoding"]["rows"]  # the trained tiny model through both caches, on the CPU uncompiled
     assert (
