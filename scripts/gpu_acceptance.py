@@ -2,7 +2,8 @@
 minutes on an H100/H200-class GPU, from a bare machine given the repository and a folder of wheels. docs/gpu.md says
 how to run it.
 
-    python -m scripts.gpu_acceptance --output_dir DIR [--wheels .whl] [--parts ...] [--time_limit 540] [--dry_run]
+    python -m scripts.gpu_acceptance --output_dir DIR [--wheels .whl] [--translation_model MODEL] [--parts ...]
+        [--time_limit 540] [--dry_run]
 
 The parts (`--parts`: all by default), each in processes of its own with a time budget (stopped there, and recorded
 so), in this order (what the targets need first; the big size's compilations last):
@@ -12,10 +13,11 @@ so), in this order (what the targets need first; the big size's compilations las
 3. recipe: `train translation --paper_preset base` with its defaults (`--max_tokens auto`) on a synthetic corpus of
    WMT-like lengths written by this run: steps/s, target tokens/s, model FLOP utilisation, memory;
 4. training: the demo through `accelerate launch` with the DDP configuration, started, trained, evaluated and saved,
-   then resumed from its checkpoint: steps/s, target tokens/s and peak memory (`scripts.gpu_training`);
-5. decoding: `translate` with the trained demo, end to end on 10,000 lines in bf16, through the dynamic cache and
-   through the compiled static cache (`--compile always`): sentences/s, compilation, lines identical
-   (`scripts.benchmark_translate`);
+   then resumed from its checkpoint: steps/s, target tokens/s and peak memory (`scripts.gpu_training`); then the
+   demo with `--torch_compile`;
+5. decoding: `translate` with the demo just trained (or `--translation_model`), end to end on 10,000 lines in bf16,
+   through the dynamic cache and through the compiled static cache (`--compile always`): sentences/s, compilation,
+   lines identical (`scripts.benchmark_translate`);
 6. tests: the suite's CUDA tests (`pytest -m cuda tests/gpu`);
 7. benchmark_big: the benchmark's compiled training rows at the paper's base size (torch.compile, then with CUDA
    graphs), then its rows at the big size (eager, then compiled).
@@ -122,8 +124,17 @@ COMPILE_LOGS = {"TORCH_LOGS": "recompiles,graph_breaks"}
 class Run:
     """One acceptance run: its parts' records, the results files, the log, the time left."""
 
-    def __init__(self, output_dir: Path, work_dir: Path, dry_run: bool, time_limit: float, wheels: Path | None):
+    def __init__(
+        self,
+        output_dir: Path,
+        work_dir: Path,
+        dry_run: bool,
+        time_limit: float,
+        wheels: Path | None,
+        translation_model: Path | None = None,
+    ):
         self.output_dir, self.work_dir, self.dry_run, self.wheels = output_dir, work_dir, dry_run, wheels
+        self.translation_model = translation_model
         self.deadline = time.monotonic() + time_limit
         self.started = time.monotonic()
         self.log = output_dir / f"{NAME}.log"
@@ -412,9 +423,10 @@ DECODING = {"gpu": dict(lines=10_000, device="cuda", dtype="bfloat16"), "dry_run
 
 
 def decoding(run: Run) -> None:
-    model = run.work_dir / f"{'tiny' if run.dry_run else 'demo'}-ddp"
+    model = run.translation_model or run.work_dir / f"{'tiny' if run.dry_run else 'demo'}-ddp"
     if not (model / "config.json").exists():
-        run.results["decoding"] = {"status": "not run: the training part left no model"}
+        which = "--translation_model" if run.translation_model else "the training part"
+        run.results["decoding"] = {"status": f"not run: no model in {model} ({which})"}
         return
     settings = DECODING["dry_run" if run.dry_run else "gpu"]
     path = run.work_dir / "decoding.json"
@@ -486,7 +498,11 @@ def decoding_section(record: dict) -> list[str]:
     rows = record.get("rows") or {}
     if not rows:
         return lines + [record.get("status", "not run")]
-    lines.append(f"{record.get('lines')} lines on {record.get('device')}, {record.get('dtype')}:")
+    bleu = (rows.get("translate") or {}).get("bleu")
+    lines.append(
+        f"{record.get('lines')} lines on {record.get('device')}, {record.get('dtype')}, with the model in "
+        f"{Path(record.get('model', '?')).name}" + (f" (BLEU {bleu} on those lines)" if bleu is not None else "") + ":"
+    )
     lines += table(
         ["system", "sentences/s", "first pass sentences/s", "compile s", "vs translate", "identical lines"],
         [
@@ -763,6 +779,12 @@ def main(argv=None) -> int:
         "--time_limit", type=float, help=f"seconds for the whole run (default {TIME_LIMIT}; dry run 1800)"
     )
     parser.add_argument("--dry_run", action="store_true", help="the same parts on the CPU at tiny sizes, for CI")
+    parser.add_argument(
+        "--translation_model",
+        type=Path,
+        help="a model folder that `train translation` saved, for the decoding part (default: the demo that the "
+        "training part trains, whose 100 steps leave its translations a few tokens long)",
+    )
     args = parser.parse_args(argv)
     if args.wheels is not None:
         args.wheels = args.wheels.resolve()  # the parts run from the repository's root
@@ -771,7 +793,8 @@ def main(argv=None) -> int:
     args.output_dir.mkdir(parents=True, exist_ok=True)
     time_limit = args.time_limit or (1800 if args.dry_run else TIME_LIMIT)
     with tempfile.TemporaryDirectory(prefix="gpu-acceptance-") as work_dir:
-        run = Run(args.output_dir, Path(work_dir), args.dry_run, time_limit, args.wheels)
+        model = args.translation_model and args.translation_model.resolve()  # the parts run from the repository's root
+        run = Run(args.output_dir, Path(work_dir), args.dry_run, time_limit, args.wheels, model)
         arguments = sys.argv[1:] if argv is None else argv
         run.results["command"] = "python -m scripts.gpu_acceptance " + shlex.join(arguments)
         for signum in (signal.SIGTERM, signal.SIGINT):

@@ -114,6 +114,22 @@ def test_a_part_left_without_time_is_not_run(run, tmp_path):
     assert part["status"] == "not run" and "never" not in (tmp_path / "out" / "gpu_acceptance.log").read_text()
 
 
+def test_the_decoding_part_translates_with_the_model_given_or_says_which_folder_it_lacks(run, tmp_path, monkeypatch):
+    commands = []
+    monkeypatch.setattr(run, "command", lambda name, kind, argv: commands.append(argv) or {"status": "ok"})
+    gpu_acceptance.decoding(run)  # the training part's demo, which no training part left here
+    assert not commands and run.results["decoding"]["status"] == (
+        f"not run: no model in {tmp_path / 'tiny-ddp'} (the training part)"
+    )
+    run.translation_model = tmp_path / "trained"
+    gpu_acceptance.decoding(run)
+    assert run.results["decoding"]["status"] == f"not run: no model in {tmp_path / 'trained'} (--translation_model)"
+    (tmp_path / "trained").mkdir()
+    (tmp_path / "trained" / "config.json").write_text("{}")
+    gpu_acceptance.decoding(run)
+    assert commands[0][commands[0].index("--model") + 1] == str(tmp_path / "trained")
+
+
 def test_the_outcomes_of_a_stopped_pytest_come_from_its_log(tmp_path):
     log = tmp_path / "gpu_acceptance.log"
     log.write_text(
