@@ -8,7 +8,8 @@ calls can split them around other work):
 - `SIZE-SYSTEM`: training at a batch that fills the GPU (FILLED_BATCH pairs, about 25,000 target tokens: the paper's
   batch) with the benchmark's loss, sentence lengths and fused AdamW, for SIZE base or big and SYSTEM ours (eager),
   compiled (ours under `torch.compile`, its first pass timed as the compilation), cudagraphs (compiled with
-  `mode="reduce-overhead"`: CUDA graphs) or marian: target tokens/s, peak
+  `mode="reduce-overhead"`: CUDA graphs), regional (each layer compiled on its own, as the recipes' `--torch_compile`
+  compiles) or marian: target tokens/s, peak
   memory, model FLOP utilisation against the card's dense bf16 peak (DENSE_BF16_TFLOPS, found by the GPU's name) and
   against a large bf16 matmul measured in the same run, and one step under `torch.profiler`: kernel time by kind,
   the time the GPU sat idle between kernels and the host's longest operators;
@@ -51,7 +52,19 @@ import transformers
 from transformers.generation import CompileConfig
 
 from . import benchmark, loss_benchmark
-from .benchmark import COMPILED, CUDA_GRAPHS, NEW_TOKENS, OURS, PAD, REFERENCE, in_fresh_process, quiet, timed
+from .benchmark import (
+    COMPILED,
+    COMPILED_SYSTEMS,
+    CUDA_GRAPHS,
+    NEW_TOKENS,
+    OURS,
+    PAD,
+    REFERENCE,
+    REGIONAL,
+    in_fresh_process,
+    quiet,
+    timed,
+)
 
 
 # Dense (no sparsity) bf16 tensor-core peaks from the vendors' datasheets, in TFLOP/s, by a name that appears as a
@@ -102,15 +115,16 @@ RUNS = {  # the GPU run, and the dry run that checks the same steps on a CPU in 
 }
 # Every measurement, in the order of a full run: what the targets need first, the compilations of the big size last.
 DECODING = "ours-static-compiled"  # the decoding measurement's row
-TRAINING_SYSTEMS = {"ours": OURS, "compiled": COMPILED, "cudagraphs": CUDA_GRAPHS, "marian": REFERENCE}
-MEASUREMENTS = ["base-ours", "base-marian", "attention", "shapes", "base-compiled", "base-cudagraphs", "decoding"]
-MEASUREMENTS += ["big-ours", "big-compiled", "big-marian", "standard", "loss"]
+TRAINING_SYSTEMS = {"ours": OURS, "compiled": COMPILED, "cudagraphs": CUDA_GRAPHS, "regional": REGIONAL}
+TRAINING_SYSTEMS["marian"] = REFERENCE
+MEASUREMENTS = ["base-ours", "base-marian", "attention", "shapes", "base-regional", "base-compiled", "base-cudagraphs"]
+MEASUREMENTS += ["decoding", "big-ours", "big-regional", "big-compiled", "big-marian", "standard", "loss"]
 # torch's attention kernels that take a padding mask, by device (flash attention takes none).
 ATTENTION_BACKENDS = {"cuda": ("CUDNN_ATTENTION", "EFFICIENT_ATTENTION"), "cpu": ("MATH",)}
 # Rows per chunk of `token_cross_entropy` measured beside the model's LOSS_CHUNK_ROWS.
 LOSS_CHUNKS = (512, 8192)
 CT2_COMPUTE_TYPES = {"cuda": ("bfloat16", "int8_bfloat16"), "cpu": ("float32",)}
-# Training, ours (the fastest of eager, compiled and CUDA graphs) vs MarianMTModel; fraction of the dense bf16 peak
+# Training, ours (the fastest of eager and the compiled systems) vs MarianMTModel; fraction of the dense bf16 peak
 # per size.
 TARGET_SPEEDUP, TARGET_UTILISATION = 2.0, {"base": 0.30, "big": 0.40}
 # The compiled static-cache path against eager generate() at COMPILED_BATCH sources per call (transformers measured
@@ -611,13 +625,13 @@ def system_label(system: str, data: dict, kind: str) -> str:
 
 
 def check_targets(rows: list[dict]) -> list[dict]:
-    """The targets: training with a batch that fills the GPU (ours, the fastest of eager, compiled and CUDA graphs,
+    """The targets: training with a batch that fills the GPU (ours, the fastest of eager and the compiled systems,
     against MarianMTModel and the card's peak, at each size), and the compiled static-cache path against eager
     generation."""
     targets = []
     for size in ("base", "big"):
         trained = {row["system"]: row for row in rows if row["size"] == size and "train_filled_tokens_per_s" in row}
-        ours = [trained[s] for s in (OURS, COMPILED, CUDA_GRAPHS) if s in trained]
+        ours = [trained[s] for s in (OURS, *COMPILED_SYSTEMS) if s in trained]
         if not ours:
             continue
         best = max(ours, key=lambda row: row["train_filled_tokens_per_s"])
