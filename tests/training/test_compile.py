@@ -4,6 +4,7 @@ bounded number of compilations over batches of varying shapes, and the losses of
 import numpy as np
 import pytest
 import torch
+from accelerate.utils import compile_regions
 from datasets import Dataset
 from torch._dynamo.utils import counters
 from transformers import Seq2SeqTrainer, Seq2SeqTrainingArguments
@@ -34,15 +35,9 @@ def test_the_compiled_forward_gives_the_eager_outputs_at_every_real_position(rec
     ).train()
     input_ids, attention_mask, labels = random_batch(batch_size=4, source_length=9, target_length=7)
     batch = dict(input_ids=input_ids, attention_mask=attention_mask, labels=labels, output_hidden_states=recorded)
-
-    def run(forward):
-        model.zero_grad()
-        outputs = forward(**batch)
-        outputs.loss.backward()
-        return outputs, {name: p.grad.clone() for name, p in model.named_parameters()}
-
     torch._dynamo.reset()
-    (eager, eager_grads), (compiled, compiled_grads) = run(model), run(torch.compile(model))
+    eager, eager_grads = loss_and_gradients(model, batch)
+    compiled, compiled_grads = loss_and_gradients(model, batch, torch.compile(model))
     torch.testing.assert_close(compiled.loss, eager.loss)
     real = labels != -100
     torch.testing.assert_close(compiled.logits[real], eager.logits[real])
@@ -52,6 +47,41 @@ def test_the_compiled_forward_gives_the_eager_outputs_at_every_real_position(rec
         for states in ("encoder_hidden_states", "decoder_hidden_states"):
             for eager_states, compiled_states in zip(eager[states], compiled[states], strict=True):
                 torch.testing.assert_close(compiled_states, eager_states)  # every position: none is packed
+
+
+def test_compiled_by_layer_the_layers_compute_the_real_tokens_alone_and_give_the_eager_outputs():
+    """Regional compilation, as the recipes' `--torch_compile` compiles (accelerate's `compile_regions`): each layer
+    is compiled on its own, the stacks pack the real tokens eagerly, and the compiled layers compute those rows alone,
+    in one graph per layer kind for batches of every shape and padding."""
+    model = VanillaTransformerForConditionalGeneration._from_config(
+        tiny_config(dropout=0.0, label_smoothing=0.1), attn_implementation="sdpa"
+    ).train()
+    torch._dynamo.reset()
+    counters.clear()
+    regional = compile_regions(model, dynamic=True)  # shares the model's parameters
+    rows, graphs = [], []
+    regional.model.encoder.layers[0].register_forward_pre_hook(lambda layer, args: rows.append(len(args[0])))
+    for batch_size, source_length, target_length in ((4, 9, 7), (3, 12, 5)):
+        input_ids, attention_mask, labels = random_batch(batch_size, source_length, target_length)
+        batch = dict(input_ids=input_ids, attention_mask=attention_mask, labels=labels)
+        eager, eager_grads = loss_and_gradients(model, batch)
+        compiled, compiled_grads = loss_and_gradients(model, batch, regional)
+        assert rows[-1] == int(attention_mask.sum()) < attention_mask.numel()  # the real tokens' rows
+        torch.testing.assert_close(compiled.loss, eager.loss)
+        real = labels != -100
+        torch.testing.assert_close(compiled.logits[real], eager.logits[real])
+        for name, grad in eager_grads.items():
+            torch.testing.assert_close(compiled_grads[name], grad, atol=1e-5, rtol=1e-4, msg=name)
+        graphs.append(counters["stats"]["unique_graphs"])
+    assert not counters["graph_break"] and graphs[1] == graphs[0]  # the second batch's shapes compiled nothing
+
+
+def loss_and_gradients(model, batch, forward=None):
+    """The outputs of `forward` (by default the model itself; or the model compiled) and the model's gradients."""
+    model.zero_grad()
+    outputs = (model if forward is None else forward)(**batch)
+    outputs.loss.backward()
+    return outputs, {name: p.grad.clone() for name, p in model.named_parameters()}
 
 
 def train(trainer_class, compiled: bool, tmp_path, steps: int) -> list[float]:
