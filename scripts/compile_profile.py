@@ -1,14 +1,15 @@
-"""Where a training step's time goes on this machine, eager and compiled (`torch.compile`, inductor), on batches
-without padding and on the benchmark's padded batches, in one process:
+"""Where a training step's time goes on this machine, eager and compiled (`torch.compile`, inductor: the whole model,
+and each layer on its own as accelerate's regional compilation does), on batches without padding and on the
+benchmark's padded batches, in one process:
 
     python -m scripts.compile_profile [--size small] [--threads 2] [--repeats 3]
 
 Each workload trains our model eager and compiled (forward, backward; label smoothing 0.1, dropout 0.1) on the same
 batches: `equal` gives every pair 25 source and 25 target tokens, `varied` the benchmark's random lengths of 10-40
-(right-padded: about a third of the positions are padding, which the eager step packs away and the compiled step
-computes). Passes over the batches alternate between the two models; the fastest of `--repeats` counts. One more pass
-of each runs under torch.profiler, and the operators' own time is split into matrix products, attention, inductor's
-compiled kernels and the rest. Prints one line of JSON.
+(right-padded: about a third of the positions are padding, which the eager and regional steps pack away and the
+whole-model graph computes). Passes over the batches alternate between the models; the fastest of `--repeats` counts.
+One more pass of each runs under torch.profiler, and the operators' own time is split into matrix products, attention,
+inductor's compiled kernels and the rest. Prints one line of JSON.
 """
 
 import argparse
@@ -20,11 +21,11 @@ import torch
 
 from hf_vanilla_transformer.training.report import cpu_model
 
-from .benchmark import COMPILED, SIZES, TRAIN_LENGTHS, build_model, training_batch
+from .benchmark import COMPILED, REGIONAL, SIZES, TRAIN_LENGTHS, build_model, training_batch
 
 
 WORKLOADS = {"equal": (25, 25), "varied": TRAIN_LENGTHS}
-SYSTEMS = {"eager": "ours-sdpa", "compiled": COMPILED}
+SYSTEMS = {"eager": "ours-sdpa", "compiled": COMPILED, "regional": REGIONAL}
 BATCHES, PAIRS = 4, 32
 # Operators by kind, the first whose key is in the name; inductor's kernels run inside "CompiledFxGraph" calls.
 KINDS = {
@@ -79,7 +80,7 @@ def measure(size: str, repeats: int) -> dict:
             "target_padding": round(1 - tokens / padded, 3),
             "first_pass_seconds": first,
             "seconds": {system: min(times) for system, times in seconds.items()},
-            "compiled_speedup": round(min(seconds["eager"]) / min(seconds["compiled"]), 3),
+            "speedups": {system: round(min(seconds["eager"]) / min(times), 3) for system, times in seconds.items()},
             "shares": {system: shares(model, workload) for system, model in models.items()},
         }
     return results

@@ -8,8 +8,8 @@ calls can split them around other work):
 - `SIZE-SYSTEM`: training at a batch that fills the GPU (FILLED_BATCH pairs, about 25,000 target tokens: the paper's
   batch) with the benchmark's loss, sentence lengths and fused AdamW, for SIZE base or big and SYSTEM ours (eager),
   compiled (ours under `torch.compile`, its first pass timed as the compilation), cudagraphs (compiled with
-  `mode="reduce-overhead"`: CUDA graphs), regional (each layer compiled on its own, as the recipes' `--torch_compile`
-  compiles) or marian: target tokens/s, peak
+  `mode="reduce-overhead"`: CUDA graphs), regional (each layer compiled on its own, as accelerate's regional
+  compilation compiles) or marian: target tokens/s, peak
   memory, model FLOP utilisation against the card's dense bf16 peak (DENSE_BF16_TFLOPS, found by the GPU's name) and
   against a large bf16 matmul measured in the same run, and one step under `torch.profiler`: kernel time by kind,
   the time the GPU sat idle between kernels and the host's longest operators;
@@ -117,8 +117,8 @@ RUNS = {  # the GPU run, and the dry run that checks the same steps on a CPU in 
 DECODING = "ours-static-compiled"  # the decoding measurement's row
 TRAINING_SYSTEMS = {"ours": OURS, "compiled": COMPILED, "cudagraphs": CUDA_GRAPHS, "regional": REGIONAL}
 TRAINING_SYSTEMS["marian"] = REFERENCE
-MEASUREMENTS = ["base-ours", "base-marian", "attention", "shapes", "base-regional", "base-compiled", "base-cudagraphs"]
-MEASUREMENTS += ["decoding", "big-ours", "big-regional", "big-compiled", "big-marian", "standard", "loss"]
+MEASUREMENTS = ["base-ours", "base-marian", "attention", "shapes", "base-compiled", "base-regional", "base-cudagraphs"]
+MEASUREMENTS += ["decoding", "big-ours", "big-compiled", "big-regional", "big-marian", "standard", "loss"]
 # torch's attention kernels that take a padding mask, by device (flash attention takes none).
 ATTENTION_BACKENDS = {"cuda": ("CUDNN_ATTENTION", "EFFICIENT_ATTENTION"), "cpu": ("MATH",)}
 # Rows per chunk of `token_cross_entropy` measured beside the model's LOSS_CHUNK_ROWS.

@@ -132,30 +132,22 @@ def parse_recipe_arguments(dataclass_types, defaults: dict, argv: list[str] | No
         parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     check_minimums(MINIMUMS, *parsed)
     if any(getattr(arguments, "torch_compile", False) for arguments in parsed):
-        choose_compilation()
+        compile_with_dynamic_shapes()
     return tuple(parsed)
 
 
-# accelerate's settings for `--torch_compile` (Trainer leaves them unset). Dynamic shapes: batches vary in shape, and
-# with static shapes every new one would compile anew, up to torch's limit. Regional compilation (each layer, and each
-# other leaf module, compiled on its own): the stacks pack their real tokens eagerly and the compiled layers compute
-# those rows alone, where a whole-model graph, whose sizes may not depend on values, computes every padded position
-# (docs/training-at-scale.md).
-COMPILATION = {"ACCELERATE_DYNAMO_USE_DYNAMIC": "true", "ACCELERATE_DYNAMO_USE_REGIONAL_COMPILATION": "true"}
-
-
-def choose_compilation() -> None:
-    """Set `COMPILATION` for `--torch_compile`, each variable unless the user set it. `accelerate launch` sets them to
-    False where its own configuration does not compile (backend NO): those values are not a choice."""
+def compile_with_dynamic_shapes() -> None:
+    """Batches vary in shape: under `--torch_compile` the model is compiled with dynamic shapes from the first batch on
+    (accelerate's setting; Trainer leaves it unset), unless the user set it. `accelerate launch` sets it to False
+    where its own configuration does not compile (backend NO): compiled so, every new shape would compile anew, up to
+    torch's limit."""
     launcher_default = os.environ.get("ACCELERATE_DYNAMO_BACKEND") == "NO"
-    for name, value in COMPILATION.items():
-        if launcher_default or name not in os.environ:
-            os.environ[name] = value
+    if launcher_default or "ACCELERATE_DYNAMO_USE_DYNAMIC" not in os.environ:
+        os.environ["ACCELERATE_DYNAMO_USE_DYNAMIC"] = "true"
 
 
 __all__ = [
     "ARCHITECTURES",
-    "COMPILATION",
     "DEMO_SIZES",
     "DEMO_TRAINING",
     "PAPER_OPTIMIZER",

@@ -266,6 +266,10 @@ GPU_PAPER_BATCHES = dict(max_tokens="auto", tokens_per_update=25000)
 # They persist between epochs and evaluations only where torch shuts such workers down at exit: before 2.13, with
 # pinned memory, it waited 5 s for each worker of each loader there (pytorch/pytorch#81794), a minute after the demo.
 GPU_LOADING = dict(dataloader_num_workers=4, dataloader_persistent_workers=is_torch_greater_or_equal("2.13"))
+# Under --torch_compile on an accelerator, lengths padded to a multiple of this many tokens: tensor-core-sized
+# products. Compiled steps do not pack the real tokens, so the padding costs compute, which a CPU does not win back
+# (with dynamic shapes, fewer distinct lengths do not mean fewer compilations).
+COMPILED_PAD_MULTIPLE = 8
 
 
 def given_options(argv: list[str] | None) -> set[str]:
@@ -488,7 +492,14 @@ def main(argv: list[str] | None = None, prog: str = "hf-vanilla-transformer trai
         train_dataset=datasets["train"],
         eval_dataset=datasets.get("validation"),
         processing_class=tokenizer,
-        data_collator=TranslationDataCollator(tokenizer, model=model, label_pad_token_id=-100),
+        data_collator=TranslationDataCollator(
+            tokenizer,
+            model=model,
+            label_pad_token_id=-100,
+            pad_to_multiple_of=(
+                COMPILED_PAD_MULTIPLE if training_args.torch_compile and training_args.device.type != "cpu" else None
+            ),
+        ),
         compute_metrics=build_compute_metrics(tokenizer),
         max_tokens=recipe_args.max_tokens,
         tokens_per_update=recipe_args.tokens_per_update,

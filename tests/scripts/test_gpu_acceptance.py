@@ -199,9 +199,9 @@ def test_the_dry_run_runs_every_part_on_the_cpu_and_writes_the_results(tmp_path)
     assert recipe["profile"]["step"] == 2 and recipe["profile"]["kinds"]["matmul"]["ms"] > 0  # the last warm-up step
 
     eager, compiled = results["training"]
-    run = compiled["runs"]["compiled"]  # the same recipe compiled by layer, not resumed: no graph per batch shape
+    run = compiled["runs"]["compiled"]  # the same recipe compiled: one graph for every batch shape, not resumed
     assert list(compiled["runs"]) == ["compiled"] and (run["first_step"], run["last_step"]) == (0, 6)
-    assert run["torch_compile"] and 4 <= run["compiled_graphs"] <= 8 and run["steps_per_second"] > 0
+    assert run["torch_compile"] and run["compiled_graphs"] == 1 and run["steps_per_second"] > 0
     train, resume = eager["runs"]["train"], eager["runs"]["resume"]
     assert (train["first_step"], train["last_step"], resume["first_step"], resume["last_step"]) == (0, 6, 6, 9)
     assert train["timed_steps"] == 4 and resume["timed_steps"] == 1  # after 2 warm-up steps

@@ -50,9 +50,9 @@ def test_the_compiled_forward_gives_the_eager_outputs_at_every_real_position(rec
 
 
 def test_compiled_by_layer_the_layers_compute_the_real_tokens_alone_and_give_the_eager_outputs():
-    """Regional compilation, as the recipes' `--torch_compile` compiles (accelerate's `compile_regions`): each layer
-    is compiled on its own, the stacks pack the real tokens eagerly, and the compiled layers compute those rows alone,
-    in one graph per layer kind for batches of every shape and padding."""
+    """Regional compilation, as `--torch_compile` compiles with accelerate's ACCELERATE_DYNAMO_USE_REGIONAL_COMPILATION
+    (`compile_regions`): each layer is compiled on its own, the stacks pack the real tokens eagerly, and the compiled
+    layers compute those rows alone, in the same graphs for batches of another shape."""
     model = VanillaTransformerForConditionalGeneration._from_config(
         tiny_config(dropout=0.0, label_smoothing=0.1), attn_implementation="sdpa"
     ).train()
