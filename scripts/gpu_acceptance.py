@@ -19,8 +19,8 @@ so), in this order (what the targets need first; the big size's compilations las
    through the dynamic cache and through the compiled static cache (`--compile always`): sentences/s, compilation,
    lines identical (`scripts.benchmark_translate`);
 6. tests: the suite's CUDA tests (`pytest -m cuda tests/gpu`);
-7. benchmark_big: the benchmark's compiled training rows at the paper's base size (torch.compile, then with CUDA
-   graphs), then its rows at the big size (eager, then compiled).
+7. benchmark_big: the benchmark's compiled training rows at the paper's base size (torch.compile, by layer, then with
+   CUDA graphs), then its rows at the big size (eager, compiled, by layer), then the loss's variants.
 DIR gets gpu_acceptance.md (the summary), gpu_acceptance.json (every figure) and gpu_acceptance.log (every part's
 output), rewritten after each part: a part that fails, or the end of the time limit, loses no other part's results.
 Models, checkpoints and installed wheels go to a temporary folder. `--wheels FOLDER` first installs FOLDER's wheels

@@ -115,8 +115,13 @@ RUNS = {  # the GPU run, and the dry run that checks the same steps on a CPU in 
 }
 # Every measurement, in the order of a full run: what the targets need first, the compilations of the big size last.
 DECODING = "ours-static-compiled"  # the decoding measurement's row
-TRAINING_SYSTEMS = {"ours": OURS, "compiled": COMPILED, "cudagraphs": CUDA_GRAPHS, "regional": REGIONAL}
-TRAINING_SYSTEMS["marian"] = REFERENCE
+TRAINING_SYSTEMS = {
+    "ours": OURS,
+    "compiled": COMPILED,
+    "cudagraphs": CUDA_GRAPHS,
+    "regional": REGIONAL,
+    "marian": REFERENCE,
+}
 MEASUREMENTS = ["base-ours", "base-marian", "attention", "shapes", "base-compiled", "base-regional", "base-cudagraphs"]
 MEASUREMENTS += ["decoding", "big-ours", "big-compiled", "big-regional", "big-marian", "standard", "loss"]
 # torch's attention kernels that take a padding mask, by device (flash attention takes none).

@@ -267,8 +267,8 @@ GPU_PAPER_BATCHES = dict(max_tokens="auto", tokens_per_update=25000)
 # pinned memory, it waited 5 s for each worker of each loader there (pytorch/pytorch#81794), a minute after the demo.
 GPU_LOADING = dict(dataloader_num_workers=4, dataloader_persistent_workers=is_torch_greater_or_equal("2.13"))
 # Under --torch_compile on an accelerator, lengths padded to a multiple of this many tokens: tensor-core-sized
-# products. Compiled steps do not pack the real tokens, so the padding costs compute, which a CPU does not win back
-# (with dynamic shapes, fewer distinct lengths do not mean fewer compilations).
+# products. A whole-model graph does not pack the real tokens, so the padding costs compute, which a CPU does not win
+# back (with dynamic shapes, fewer distinct lengths do not mean fewer compilations).
 COMPILED_PAD_MULTIPLE = 8
 
 
