@@ -1,0 +1,495 @@
+"""`hf-vanilla-transformer distill`: sequence-level knowledge distillation (Kim and Rush, 2016), from a trained teacher
+to a small student shipped as CTranslate2 int8, with a report that measures one against the other.
+
+    hf-vanilla-transformer distill --teacher outputs/demo-de-en --output_dir outputs/distill --max_steps 2300
+
+Steps, each writing its result into --output_dir (records in steps/, see `distill_steps`):
+
+    corpus                    the corpus read and cleaned as the translation recipe does, written as JSON Lines
+    teacher-translations      the teacher's n best of every training source (and --monolingual line), on Ray Data
+                              through translate-corpus's engine: resumable shards
+    distilled                 per line the hypothesis with the best chrF against the reference; filtered
+    student-init              the student: the teacher's configuration at the student's sizes, layers copied or random
+    student                   trained by the translation recipe on the distilled pairs (resumes from its checkpoints)
+    baseline                  (--baseline) the same student trained on the references for as many steps
+    student-ctranslate2-int8, teacher-ctranslate2-int8, student-onnx (--export)
+    report                    report.json, report.md and the student's model card
+
+Options other than those below are the translation recipe's (`hf-vanilla-transformer train translation --help`): the
+corpus (--train_file, --dataset_name, --source_lang, ...; default: the bundled corpus) and the training (--max_steps,
+--max_tokens, --torch_compile, ...). docs/distillation.md describes the steps and the choices.
+"""
+
+import dataclasses
+import os
+import sys
+from pathlib import Path
+
+from ..data.folders import check_model_type, check_translation_folder, load_tokenizer, resolve_model, writes_folder
+from ..errors import CommandParser, InputError, check_minimums, import_extra
+from ..translate.options import DecodeOptions, EngineOptions, add_arguments
+from .distill_steps import Step, Steps, option_values
+from .distill_student import INITS, PRESETS, StudentSizes, parse_layers
+
+
+# The translation options that are not the teacher's to take here: the recipe's own --seed, --max_tokens and
+# --source_lang have those names, a corpus line is one sentence, and distillation decodes by beam search.
+NOT_TEACHER_OPTIONS = ("seed", "max_tokens", "source_lang", "split_sentences", "batch_size")
+NOT_TEACHER_OPTIONS += ("do_sample", "temperature", "top_k", "top_p")
+# The teacher's beam and n best: the paper's beam (the demo's own), and every hypothesis of it, which beam search has
+# anyway, for the chrF selection (docs/distillation.md).
+TEACHER_DECODING = dict(num_beams=4, nbest=4)
+EXPORTS = ("onnx", "transformers.js")
+# The recipe's model options: the student's sizes replace them, and the teacher decides the rest.
+STUDENT_OWN = {
+    "model_name_or_path": "--init",
+    "architecture": "the teacher",
+    "paper_preset": "--student_preset",
+    "d_model": "--student_d_model",
+    "encoder_layers": "--student_layers",
+    "decoder_layers": "--student_layers",
+    "attention_heads": "--student_heads",
+    "ffn_dim": "--student_ffn_dim",
+    "dropout": "--student_dropout",
+    "norm_first": "the teacher",
+    "vocab_size": "the teacher's tokenizer",
+    "tokenizer_train_pairs": "the teacher's tokenizer",
+    "max_position_embeddings": "the teacher",
+    "overwrite": "nothing finished is replaced",
+    "resume_from_checkpoint": "a rerun resumes by itself",
+}
+# The recipe's corpus options that the corpus step reads; the others go on to the recipe with the distilled corpus.
+CORPUS_OPTIONS = ("dataset_name", "dataset_config_name", "train_file", "validation_file", "test_file", "columns")
+CORPUS_OPTIONS += ("clean_empty", "clean_max_words", "clean_length_ratio", "clean_duplicates", "max_train_samples")
+CORPUS_OPTIONS += ("source_lang", "target_lang")
+TRAINED = ("student", "baseline")  # the steps every process of `accelerate launch` takes part in
+
+
+def build_parser(prog: str):
+    from ..translate.corpus import DEFAULT_SHARD_ROWS
+
+    parser = CommandParser(
+        prog=prog,
+        description=__doc__.split("\n\n")[0],
+        epilog="Other options are the translation recipe's: the corpus (--train_file, --source_lang, ...; default: "
+        "the bundled corpus) and the training (--max_steps, --max_tokens, --torch_compile, ...); see "
+        "`hf-vanilla-transformer train translation --help` and docs/distillation.md.",
+        allow_abbrev=False,
+    )
+    parser.add_argument("--teacher", required=True, help="the teacher's model folder (trained by train translation)")
+    parser.add_argument("--output_dir", required=True, help="every step's result (a rerun completes it)")
+    parser.add_argument("--monolingual", nargs="+", default=[], metavar="FILE", help="more source text to distill "
+                        "(text files, one sentence a line, or JSON Lines / Parquet with a 'text' column)")  # fmt: skip
+    student = parser.add_argument_group("the student")
+    student.add_argument("--student_preset", choices=list(PRESETS), default="shallow", help="shallow: the "
+                         "teacher's width and encoder, one decoder layer; tiny, base: Bergamot's sizes")  # fmt: skip
+    student.add_argument("--student_layers", metavar="ENC,DEC", help="encoder and decoder layers, e.g. 6,2")
+    student.add_argument("--student_d_model", type=int)
+    student.add_argument("--student_ffn_dim", type=int)
+    student.add_argument("--student_heads", type=int)
+    student.add_argument("--student_dropout", type=float, help="(default: the teacher's)")
+    student.add_argument("--init", choices=INITS, default="copy", help="copy: start from the teacher's embeddings and "
+                         "evenly chosen layers (its widths needed); random: from scratch (default copy)")  # fmt: skip
+    corpus = parser.add_argument_group("the distilled corpus")
+    corpus.add_argument("--drop_worst", type=float, default=0.05, help="share dropped by the teacher's score per "
+                        "token (default 0.05)")  # fmt: skip
+    corpus.add_argument("--max_length_ratio", type=float, default=3.0, help="drop pairs whose word counts differ by "
+                        "more than this factor (default 3)")  # fmt: skip
+    corpus.add_argument("--mix_references", action="store_true", help="train on the references too")
+    more = parser.add_argument_group("comparison and shipping")
+    more.add_argument("--baseline", action="store_true", help="also train the student on the references alone")
+    more.add_argument("--export", default="", metavar="FORMATS", help="also onnx, transformers.js (comma-separated), "
+                      "checked as verify-export checks; CTranslate2 int8 always")  # fmt: skip
+    more.add_argument("--report_threads", type=int, help="threads of the report's engines (default: all cores)")
+    ray = parser.add_argument_group("the teacher's translations on Ray")
+    ray.add_argument("--address", default=os.environ.get("RAY_ADDRESS"), help="a Ray cluster to join (default: "
+                     "$RAY_ADDRESS, else a local Ray on this machine's cores)")  # fmt: skip
+    ray.add_argument("--num_workers", type=int, help="actors with the teacher (default: one per GPU, else per 4 CPUs)")
+    ray.add_argument("--shard_rows", type=int, default=DEFAULT_SHARD_ROWS, help="lines per shard, the unit of resume")
+    add_arguments(parser, exclude=NOT_TEACHER_OPTIONS, **TEACHER_DECODING)
+    return parser
+
+
+def parse(argv: list[str], prog: str):
+    """distill's own options, the recipe's corpus options (its `DataArguments`), and the recipe options that go on to
+    the training steps."""
+    from transformers import HfArgumentParser
+
+    from .translation import DataArguments
+
+    args, recipe = build_parser(prog).parse_known_args(argv)
+    minimums = dict(
+        num_workers=1, shard_rows=1, report_threads=1, student_d_model=2, student_ffn_dim=1, student_heads=1
+    )
+    check_minimums(minimums, args)
+    if not 0 <= args.drop_worst < 1:
+        raise InputError(f"--drop_worst must be a share in [0, 1), got {args.drop_worst}.")
+    given = option_values(recipe)
+    for name, decides in STUDENT_OWN.items():
+        if f"--{name}" in given:
+            raise InputError(f"--{name} is not an option of distill: {decides} decides it.")
+    data_args, _ = HfArgumentParser(DataArguments).parse_args_into_dataclasses(recipe, return_remaining_strings=True)
+    args.export = [name for name in args.export.split(",") if name]
+    if any(name not in EXPORTS for name in args.export):
+        raise InputError(f"--export {','.join(args.export)}: expected some of {', '.join(EXPORTS)}, comma-separated.")
+    args.student_layers = parse_layers(args.student_layers)
+    return args, data_args, without(recipe, CORPUS_OPTIONS)
+
+
+def without(argv: list[str], names) -> list[str]:
+    """`argv` without the options `names` and their values."""
+    kept, dropping = [], False
+    for word in argv:
+        if word.startswith("--"):
+            dropping = word[2:].partition("=")[0] in names
+        if not dropping:
+            kept.append(word)
+    return kept
+
+
+def check_teacher(name: str) -> Path:
+    """The teacher's local folder, refused by name where it holds no model of this package for translation."""
+    from ..model.modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
+
+    folder = resolve_model(name, "--teacher")
+    if not Path(folder).is_dir():
+        raise InputError(f"--teacher {name}: give a local model folder (download a Hub model first).")
+    check_translation_folder(folder, "--teacher")
+    check_model_type(folder, VanillaTransformerForConditionalGeneration, "--teacher")
+    return Path(folder).resolve()
+
+
+def teacher_stamps(folder: Path) -> dict:
+    """What decides the teacher's outputs: its weights, configurations and tokenizer files, with their stamps."""
+    from .distill_data import file_stamps
+
+    names = ("config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json")
+    return file_stamps([*sorted(folder.glob("*.safetensors")), *(folder / n for n in names if (folder / n).is_file())])
+
+
+class Distillation:
+    """The steps of one run, from parsed options (see the module docstring)."""
+
+    def __init__(self, args, data_args, recipe: list[str], prog: str):
+        from transformers import GenerationConfig
+
+        from ..model.configuration_vanilla_transformer import VanillaTransformerConfig
+        from ..translate.command import check_device
+        from .distill_data import corpus_inputs, file_stamps
+        from .distill_student import check_copy, student_config
+
+        self.args, self.data_args, self.recipe, self.prog = args, data_args, recipe, prog
+        self.output_dir = Path(args.output_dir).resolve()
+        self.languages = (data_args.source_lang, data_args.target_lang)
+        self.teacher = check_teacher(args.teacher)
+        self.tokenizer = load_tokenizer(str(self.teacher), "--teacher")
+        self.engine = EngineOptions.of(args)
+        decoding = DecodeOptions.of(args)
+        self.decoding = dataclasses.replace(decoding, split_sentences=False, source_lang=data_args.source_lang)
+        check_device(self.engine.device, self.engine.backend)
+        teacher_config = VanillaTransformerConfig.from_pretrained(self.teacher)
+        self.length_penalty = self.decoding.length_penalty
+        if self.length_penalty is None:
+            self.length_penalty = GenerationConfig.from_pretrained(self.teacher).length_penalty or 1.0
+        encoder_layers, decoder_layers = args.student_layers
+        self.sizes = StudentSizes.of(
+            teacher_config,
+            args.student_preset,
+            d_model=args.student_d_model,
+            encoder_layers=encoder_layers,
+            decoder_layers=decoder_layers,
+            heads=args.student_heads,
+            ffn_dim=args.student_ffn_dim,
+        )
+        self.student_config = student_config(teacher_config, self.sizes, args.student_dropout)
+        if args.init == "copy":
+            check_copy(self.student_config, teacher_config)
+        self.training_args = self.check_recipe()
+        self.corpus_inputs = corpus_inputs(data_args)
+        self.monolingual = file_stamps(args.monolingual)
+
+    def path(self, *parts) -> Path:
+        return self.output_dir.joinpath(*parts)
+
+    def recipe_argv(self, name: str, train_file: Path) -> list[str]:
+        """The translation recipe's command line for training `name` (a folder of the output) on `train_file`."""
+        corpus = self.path("corpus")
+        argv = [*self.recipe, "--model_name_or_path", str(self.path("student-init")), "--train_file", str(train_file)]
+        argv += ["--test_file", str(corpus / "test.jsonl"), "--output_dir", str(self.path(name))]
+        argv += ["--source_lang", self.languages[0], "--target_lang", self.languages[1]]
+        if (corpus / "validation.jsonl").is_file() or not corpus.is_dir():
+            argv += ["--validation_file", str(corpus / "validation.jsonl")]
+        return argv
+
+    def check_recipe(self):
+        """The recipe's options, parsed now rather than after the teacher's translations; its training arguments."""
+        from .translation import parse_args
+
+        return parse_args(self.recipe_argv("student", self.path("distilled", "train.jsonl")), self.prog)[3]
+
+    def steps(self) -> list[Step]:
+        from ..translate.translator import output_settings
+
+        args = self.args
+        languages = dict(zip(("--source_lang", "--target_lang"), self.languages))
+        corpus = {**self.corpus_inputs, **languages, "--columns": self.data_args.columns}
+        corpus.update(
+            {f"--{name}": getattr(self.data_args, name) for name in CORPUS_OPTIONS if name.startswith("clean")}
+        )
+        corpus["--max_train_samples"] = self.data_args.max_train_samples
+        teacher = {"--teacher": teacher_stamps(self.teacher), "--monolingual": self.monolingual}
+        for name, value in output_settings(None, self.engine, self.decoding).items():
+            teacher.update({f"--{k}": v for k, v in value.items()} if name == "generation" else {f"--{name}": value})
+        teacher.pop("--model")
+        teacher["--shard_rows"] = args.shard_rows
+        distilled = {
+            name: getattr(args, name[2:]) for name in ("--drop_worst", "--max_length_ratio", "--mix_references")
+        }
+        sizes = self.sizes
+        student = {
+            "--student_preset": args.student_preset,
+            "--student_layers": f"{sizes.encoder_layers},{sizes.decoder_layers}",
+            "--student_d_model": sizes.d_model,
+            "--student_ffn_dim": sizes.ffn_dim,
+            "--student_heads": sizes.heads,
+            "--student_dropout": self.student_config.dropout,
+            "--init": args.init,
+        }
+        if args.init == "copy":
+            student["--teacher"] = teacher["--teacher"]
+        training = option_values(self.recipe)
+        steps = [
+            Step("corpus", corpus, self.write_corpus),
+            Step("teacher-translations", teacher, self.translate, resumes=True),
+            Step("distilled", distilled, self.distill),
+            Step("student-init", student, self.build_student),
+            Step(
+                "student", training, lambda: self.train("student", self.path("distilled", "train.jsonl")), resumes=True
+            ),
+        ]
+        if args.baseline:
+            steps.append(
+                Step(
+                    "baseline",
+                    training,
+                    lambda: self.train("baseline", self.path("corpus", "train.jsonl")),
+                    resumes=True,
+                )
+            )
+        steps.append(Step("student-ctranslate2-int8", {}, lambda: self.export_int8("student")))
+        steps.append(
+            Step("teacher-ctranslate2-int8", {"--teacher": teacher["--teacher"]}, lambda: self.export_int8("teacher"))
+        )
+        if args.export:
+            steps.append(Step("student-onnx", {"--export": args.export}, self.export_browser))
+        report = {"--baseline": args.baseline, "--export": args.export}
+        steps.append(Step("report", report, self.report, outputs=("report.json", "report.md"), resumes=True))
+        return steps
+
+    # ------------------------------------------------------------------------------------------------ the steps
+
+    def write_corpus(self) -> dict:
+        from .distill_data import write_corpus
+
+        with writes_folder(self.path("corpus")) as folder:
+            return write_corpus(self.data_args, folder)
+
+    def translate(self) -> dict:
+        from ..translate.corpus import ray_module, translate_corpus
+        from ..translate.corpus_command import init_arguments
+        from .distill_data import SOURCES
+
+        ray, started = ray_module(), False
+
+        def connect():
+            nonlocal started
+            if not ray.is_initialized():
+                ray.init(**init_arguments(self.args.address))
+                started = True
+
+        try:
+            summary = translate_corpus(
+                [str(self.path("corpus", SOURCES)), *self.monolingual],
+                str(self.path("teacher-translations")),
+                str(self.teacher),
+                self.engine,
+                self.decoding,
+                column="text",
+                num_workers=self.args.num_workers,
+                shard_rows=self.args.shard_rows,
+                connect=connect,
+            )
+        finally:
+            if started:
+                ray.shutdown()
+        print(f"{self.prog}: teacher-translations: {summary.line()}", file=sys.stderr)
+        return dict(**dataclasses.asdict(summary), sentences_per_second=round(summary.rate, 2))
+
+    def distill(self) -> dict:
+        from .distill_data import distill_pairs
+
+        shards = sorted(self.path("teacher-translations").glob("*.parquet"))
+        references = self.path("corpus", "train.jsonl") if self.args.mix_references else None
+        with writes_folder(self.path("distilled")) as folder:
+            return distill_pairs(
+                shards,
+                folder,
+                self.languages,
+                self.tokenizer,
+                self.length_penalty,
+                self.args.max_length_ratio,
+                self.args.drop_worst,
+                references,
+            )
+
+    def build_student(self) -> dict:
+        import torch
+        from transformers import set_seed
+
+        from ..data.folders import load_translation_model
+        from ..model.modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
+        from .distill_student import build_student
+
+        set_seed(self.training_args.seed)
+        teacher = None
+        if self.args.init == "copy":
+            teacher = load_translation_model(
+                str(self.teacher),
+                "--teacher",
+                model_class=VanillaTransformerForConditionalGeneration,
+                dtype=torch.float32,
+            )
+        student, copied = build_student(self.student_config, teacher)
+        with writes_folder(self.path("student-init")) as folder:
+            student.save_pretrained(folder)
+            self.tokenizer.save_pretrained(folder)
+        return dict(
+            sizes=dataclasses.asdict(self.sizes),
+            init=self.args.init,
+            copied_layers=copied,
+            parameters=sum(p.numel() for p in student.parameters()),
+        )
+
+    def train(self, name: str, train_file: Path) -> dict:
+        from ..training.checkpoints import checkpoint_folders
+        from ..training.report import read_run_report
+        from .translation import main as train_translation
+
+        folder, argv = self.path(name), self.recipe_argv(name, train_file)
+        if name == "baseline":  # as many steps as the student trained
+            argv += ["--max_steps", str(Steps(self.output_dir).read("student")["result"]["steps"])]
+        if folder.is_dir() and any(folder.iterdir()):
+            if not checkpoint_folders(folder):
+                raise InputError(
+                    f"{folder}: an interrupted training left files there but no checkpoint to resume from: remove the "
+                    "folder to train from the start."
+                )
+            argv += ["--resume_from_checkpoint", "last"]
+        train_translation(argv, f"{self.prog} ({name})")
+        report = read_run_report(folder)
+        if not report:
+            raise InputError(
+                f"{folder}: the training ended without saving its model (an earlier run was stopped after its last "
+                "checkpoint): remove the folder to train again."
+            )
+        return dict(steps=report["training"]["steps"], epochs=report["training"]["epochs"], test=report["test"])
+
+    def export_int8(self, name: str) -> dict:
+        from ..interop.ctranslate2 import export_ctranslate2
+
+        model = self.teacher if name == "teacher" else self.path(name)
+        try:
+            folder = export_ctranslate2(model, self.path(f"{name}-ctranslate2-int8"), quantization="int8")
+        except ValueError as error:  # a setting CTranslate2 cannot represent, named by the exporter
+            raise InputError(str(error)) from None
+        return dict(size_mb=round((folder / "model.bin").stat().st_size / 1e6, 1))
+
+    def export_browser(self) -> dict:
+        from ..interop.onnx import export_onnx
+        from ..interop.parity import misses, parity_table
+
+        try:
+            export_onnx(self.path("student"), self.path("student-onnx"), quantize=True)
+        except ValueError as error:
+            raise InputError(str(error)) from None
+        rows = parity_table(
+            self.path("student"),
+            self.path("corpus", "test.jsonl"),
+            *self.languages,
+            limit=self.data_args.max_test_samples,
+            engines=self.args.export,
+            threads=self.report_threads(),
+        )
+        missed = misses(rows)
+        if missed:
+            print(f"{self.prog}: student-onnx: {len(missed)} export(s) miss their bar: {'; '.join(missed)}.")
+        return dict(rows=rows, missed=missed)
+
+    def report_threads(self) -> int:
+        from ..translate.options import default_threads
+
+        return self.args.report_threads or default_threads()
+
+    def report(self) -> dict:
+        import json
+
+        from .distill_report import distillation_gain, evaluate_models, format_report, gaps, write_model_card
+
+        records = Steps(self.output_dir)
+        result = {name: (records.read(name) or {}).get("result") for name in ("student-init", "student", "distilled")}
+        int8 = "CTranslate2 int8"
+        models = {
+            "teacher": {"PyTorch float32": self.teacher, int8: self.path("teacher-ctranslate2-int8")},
+            "student": {"PyTorch float32": self.path("student"), int8: self.path("student-ctranslate2-int8")},
+        }
+        if self.args.baseline:
+            models["baseline"] = {"PyTorch float32": self.path("baseline")}
+        evaluation = evaluate_models(
+            models, self.path("corpus", "test.jsonl"), self.languages, self.report_threads(),
+            self.data_args.max_test_samples,
+        )  # fmt: skip
+        report = dict(
+            teacher=str(self.teacher),
+            student=dict(**result["student-init"], training=result["student"]),
+            corpus=result["distilled"],
+            evaluation=evaluation,
+            gap=gaps(evaluation["rows"]),
+            distillation_gain=distillation_gain(evaluation["rows"]),
+            exports={"onnx": ((records.read("student-onnx") or {}).get("result") or {}).get("rows", [])}
+            if self.args.export
+            else {},
+            seconds=records.seconds(self.steps()),
+        )
+        write_model_card(self.path("student"), report, f"{self.output_dir.name}-student")
+        for name, text in (("report.md", format_report(report)), ("report.json", json.dumps(report, indent=1))):
+            temporary = self.path(f".{name}.tmp")
+            temporary.write_text(text + ("\n" if name.endswith("json") else ""), encoding="utf-8")
+            temporary.replace(self.path(name))
+        return dict(report=str(self.path("report.json")))
+
+
+def main(argv: list[str], prog: str = "hf-vanilla-transformer distill") -> int:
+    args, data_args, recipe = parse(argv, prog)
+    import_extra("ray", "ray", "distill (the teacher's translations)")
+    import_extra("ctranslate2", "export", "distill (the CTranslate2 int8 export)")
+    for module in ("onnx", "onnxscript", "onnxruntime") if args.export else ():
+        import_extra(module, "export", f"--export {','.join(args.export)}")
+    run = Distillation(args, data_args, recipe, prog)
+    steps, records = run.steps(), Steps(run.output_dir)
+    records.check(steps)
+    # Under accelerate launch every process trains; the other steps are the first process's, which the others wait for.
+    main_process = int(os.environ.get("RANK", "0")) == 0
+    last_trained = max(i for i, step in enumerate(steps) if step.name in TRAINED)
+    for i, step in enumerate(steps):
+        if main_process:
+            records.run(step)
+        elif i > last_trained:
+            return 0
+        elif step.name in TRAINED:
+            records.wait(steps[i - 1])
+            if not (records.read(step.name) or {}).get("complete"):
+                step.run()
+        else:
+            records.wait(step)
+    print(run.path("report.md").read_text(encoding="utf-8"))
+    return 0

@@ -1,0 +1,217 @@
+"""The corpus steps of `hf-vanilla-transformer distill`: the corpus written out for the teacher and the trainer, and
+the teacher's translations turned into the student's training pairs.
+
+Selection: for a line of the parallel corpus, the teacher's hypothesis (of its n best) with the best chrF against the
+line's reference (what Mozilla's pipeline keeps, `extract_best.py`); for a line of monolingual text, its best one.
+Filtering, each rule counting what the rules before it kept: pairs with an empty side, pairs whose word counts differ
+by more than a ratio, exact duplicates (`data.cleaning`), then the worst share by the teacher's log-probability per
+token of the kept translation.
+"""
+
+import json
+from datetime import datetime, timezone
+from pathlib import Path
+
+import numpy as np
+import pyarrow.compute as pc
+from datasets import Dataset, concatenate_datasets
+
+from ..data.cleaning import CleaningRules, clean_pairs
+from ..data.corpus import BUNDLED_CORPUS, SPLITS, default_num_proc, load_parallel_corpus
+from ..data.formats import resolve_files
+from ..errors import InputError
+
+
+SOURCES = "sources.jsonl"  # the teacher's input: {"row", "text" (the source), "reference"}
+BATCH = 10_000
+
+
+# ------------------------------------------------------------------------------------------------------ the corpus
+
+
+def file_stamps(paths) -> dict[str, str]:
+    """Each file's size and modification time: a changed input is a different input."""
+    stamps = {}
+    for path in map(Path, paths):
+        if not path.is_file():
+            raise InputError(f"{path}: no such file.")
+        stat = path.stat()
+        modified = datetime.fromtimestamp(stat.st_mtime_ns / 1e9, timezone.utc).isoformat(timespec="microseconds")
+        stamps[str(path.resolve())] = f"{stat.st_size} bytes, modified {modified}"
+    return stamps
+
+
+def corpus_inputs(data_args) -> dict:
+    """What the corpus step reads: a Hub dataset by name, or the local files with their stamps."""
+    if data_args.dataset_name:
+        return {"--dataset_name": data_args.dataset_name, "--dataset_config_name": data_args.dataset_config_name}
+    languages = (data_args.source_lang, data_args.target_lang)
+    files = {split: getattr(data_args, f"{split}_file") for split in SPLITS}
+    if not any(files.values()):
+        files = {split: str(BUNDLED_CORPUS / f"{split}.jsonl") for split in SPLITS}
+    return {
+        f"--{split}_file": file_stamps(resolve_files(spec, languages, f"--{split}_file")[1])
+        for split, spec in files.items()
+        if spec
+    }
+
+
+def write_corpus(data_args, folder: Path) -> dict:
+    """Read and clean the corpus as the translation recipe does, and write into `folder` its splits as JSON Lines in
+    the translation format (`train.jsonl`: the references) and the teacher's input, `sources.jsonl`. The counts."""
+    source_lang, target_lang = data_args.source_lang, data_args.target_lang
+    corpus = load_parallel_corpus(
+        source_lang,
+        target_lang,
+        data_args.dataset_name,
+        data_args.dataset_config_name,
+        data_args.train_file,
+        data_args.validation_file,
+        data_args.test_file,
+        columns=data_args.columns,
+        keep_empty_train_pairs=data_args.clean_empty,
+    )
+    if "train" not in corpus or "test" not in corpus:
+        raise InputError(
+            f"The corpus has the splits {sorted(corpus)}: distillation needs a training split and a test split "
+            "(--train_file and --test_file), the test split for the report."
+        )
+    rules = CleaningRules(
+        data_args.clean_empty, data_args.clean_max_words, data_args.clean_length_ratio, data_args.clean_duplicates
+    )
+    counts = {}
+    if rules.any():
+        corpus["train"], counts["cleaning"] = clean_pairs(corpus["train"], source_lang, target_lang, rules)
+    if data_args.max_train_samples is not None:
+        corpus["train"] = corpus["train"].select(range(min(data_args.max_train_samples, len(corpus["train"]))))
+    for split, dataset in corpus.items():
+        counts[split] = write_pairs(dataset, folder / f"{split}.jsonl")
+    with open(folder / SOURCES, "w", encoding="utf-8") as f:
+        row = 0
+        for pair in translations(corpus["train"]):
+            record = {"row": row, "text": pair[source_lang], "reference": pair[target_lang]}
+            f.write(json.dumps(record, ensure_ascii=False) + "\n")
+            row += 1
+    return counts
+
+
+def translations(dataset: Dataset):
+    """The `translation` dicts of `dataset`, batch by batch from Arrow."""
+    for batch in dataset.with_format("arrow").iter(batch_size=BATCH):
+        yield from batch.column("translation").to_pylist()
+
+
+def write_pairs(dataset: Dataset, path: Path) -> int:
+    """`dataset`'s pairs as JSON Lines in the translation format; how many."""
+    count = 0
+    with open(path, "w", encoding="utf-8") as f:
+        for pair in translations(dataset):
+            f.write(json.dumps({"translation": pair}, ensure_ascii=False) + "\n")
+            count += 1
+    return count
+
+
+# ------------------------------------------------------------------------------------------ selection and filters
+
+
+def select_best(batch: dict, source_lang: str, target_lang: str, tokenizer, length_penalty: float) -> dict:
+    """For each translated row: the pair (source, kept hypothesis), the teacher's log-probability per token of that
+    hypothesis, and whether it was not the teacher's first. The engine's score is the summed log-probability over
+    length ** length_penalty; the length is the hypothesis' tokens with its end token, as the tokenizer gives it."""
+    from sacrebleu.metrics import CHRF
+
+    chrf = CHRF()
+    references = batch.get("reference") or [None] * len(batch["text"])
+    nbests = batch.get("nbest") or [None] * len(batch["text"])
+    pairs, scores, not_first = [], [], []
+    for source, translation, score, reference, nbest in zip(
+        batch["text"], batch["translation"], batch["score"], references, nbests
+    ):
+        best = 0
+        if nbest and reference is not None:
+            chrfs = [chrf.sentence_score(hypothesis["text"], [reference]).score for hypothesis in nbest]
+            best = int(np.argmax(chrfs))  # the first of equals: the teacher's higher-ranked
+        if nbest:
+            translation, score = nbest[best]["text"], nbest[best]["score"]
+        length = len(tokenizer(translation)["input_ids"]) if translation else 1
+        pairs.append({source_lang: source or "", target_lang: translation or ""})
+        scores.append(score * length ** (length_penalty - 1) if score is not None else float("-inf"))
+        not_first.append(best > 0)
+    return {"translation": pairs, "score": scores, "not_first": not_first}
+
+
+def selected_pairs(shards: list[Path], source_lang, target_lang, tokenizer, length_penalty) -> Dataset:
+    """The kept pair of every row of the teacher's output shards (Parquet), in the shards' order: the parallel
+    corpus's and the monolingual files' (their columns differ) each read as one dataset."""
+    import pyarrow.parquet as pq
+
+    groups = {}
+    for shard in shards:
+        groups.setdefault(tuple(sorted(pq.read_schema(shard).names)), []).append(str(shard))
+    parts = []
+    for files in groups.values():
+        dataset = Dataset.from_parquet(files)
+        parts.append(
+            dataset.map(
+                select_best,
+                batched=True,
+                batch_size=1000,
+                fn_kwargs=dict(
+                    source_lang=source_lang,
+                    target_lang=target_lang,
+                    tokenizer=tokenizer,
+                    length_penalty=length_penalty,
+                ),
+                remove_columns=dataset.column_names,
+                num_proc=default_num_proc(len(dataset)),
+                desc="choosing the teacher's translations",
+            )
+        )
+    return concatenate_datasets(parts) if len(parts) > 1 else parts[0]
+
+
+def filter_pairs(
+    pairs: Dataset, source_lang: str, target_lang: str, length_ratio: float, drop_share: float
+) -> tuple[Dataset, dict]:
+    """`pairs` without empty sides, absurd length ratios and duplicates, then without the worst `drop_share` by the
+    teacher's score; how many each rule dropped."""
+    kept, counts = clean_pairs(
+        pairs, source_lang, target_lang, CleaningRules(empty=True, length_ratio=length_ratio, duplicates=True)
+    )
+    counts = {"empty": 0, "length_ratio": 0, "duplicates": 0, **counts}
+    scores = np.asarray(kept.with_format("arrow")["score"].to_numpy(zero_copy_only=False), dtype=np.float64)
+    worst = int(drop_share * len(kept))
+    counts["score"] = worst
+    if worst:
+        order = np.argsort(scores, kind="stable")
+        kept = kept.select(np.sort(order[worst:]))
+    return kept, counts
+
+
+def distill_pairs(
+    shards: list[Path], folder: Path, languages, tokenizer, length_penalty, length_ratio, drop_share, references
+) -> dict:
+    """Write the student's training pairs (`train.jsonl`) into `folder` from the teacher's output shards, with the
+    `references` file's pairs after them when given; the counts of each rule."""
+    source_lang, target_lang = languages
+    pairs = selected_pairs(shards, source_lang, target_lang, tokenizer, length_penalty)
+    not_first = int(pc.sum(pairs.with_format("arrow")["not_first"]).as_py() or 0)
+    kept, counts = filter_pairs(pairs, source_lang, target_lang, length_ratio, drop_share)
+    written = write_pairs(kept, folder / "train.jsonl")
+    added = 0
+    if references is not None:
+        with open(references, "rb") as source, open(folder / "train.jsonl", "ab") as target:
+            for line in source:
+                target.write(line)
+                added += 1
+    return {
+        "translated": len(pairs),
+        "chosen_not_teachers_first": not_first,
+        "dropped": counts,
+        "kept": written,
+        "references_added": added,
+        "training_pairs": written + added,
+    }
+
+
+__all__ = ["SOURCES", "corpus_inputs", "distill_pairs", "file_stamps", "write_corpus"]

@@ -1,0 +1,202 @@
+"""The report of `hf-vanilla-transformer distill` (`report.json`, `report.md`) and the student's model card: teacher
+and student (and the baseline), each as a PyTorch model and as CTranslate2 int8, decoding greedily and with beam 4 on
+the test split: BLEU, chrF, sentences/s and tokens/s on this machine, size on disk, parameters; the gap to the
+teacher; the corpus counts and each step's wall time.
+
+Each engine loads its model once and translates the test sources with each decoding, after a few lines of warm-up,
+through the engine of `translate` (one line, one sentence); speeds are of this process alone, on `threads` threads.
+"""
+
+import json
+import math
+import time
+from pathlib import Path
+
+from safetensors import safe_open
+
+from ..hub.model_card import make_model_card
+from ..training.metrics import corpus_scores
+from ..training.report import hardware
+from ..translate.options import DecodeOptions, EngineOptions
+from ..translate.translator import load_translator
+
+
+ENGINES = {
+    "PyTorch float32": dict(backend="torch"),
+    "CTranslate2 int8": dict(backend="ctranslate2", compute_type="int8"),
+}
+DECODINGS = {"greedy": 1, "beam 4": 4}
+WARM_UP_LINES = 8
+HEADLINE = ("PyTorch float32", "beam 4")  # the teacher's row the speed-ups are measured against
+
+
+def weight_files(folder: Path) -> list[Path]:
+    return sorted(folder.glob("*.safetensors")) or sorted(folder.glob("model.bin"))
+
+
+def parameters(folder: Path) -> int:
+    """The parameters of a model folder's safetensors weights (a tied matrix counts once, as it is stored once)."""
+    count = 0
+    for path in sorted(folder.glob("*.safetensors")):
+        with safe_open(path, framework="pt") as weights:
+            count += sum(math.prod(weights.get_slice(name).get_shape()) for name in weights.keys())
+    return count
+
+
+def measure(folder: Path, engine: EngineOptions, sources: list[str], references: list[str], source_lang) -> dict:
+    """{decoding: scores and speeds} of the model in `folder` on `engine`, loaded once."""
+    translator = load_translator(str(folder), engine)
+    rows = {}
+    for decoding, num_beams in DECODINGS.items():
+        options = DecodeOptions(
+            num_beams=num_beams, early_stopping=num_beams > 1 or None, split_sentences=False, source_lang=source_lang
+        )
+        translator.translate(sources[:WARM_UP_LINES], options, scores=False)
+        started = time.perf_counter()
+        results = translator.translate(sources, options, scores=False)
+        seconds = time.perf_counter() - started
+        best = [result.hypotheses[0] if result.hypotheses else None for result in results]
+        hypotheses = [h.text.strip() if h else "" for h in best]
+        tokens = sum(len(h.tokens) for h in best if h)
+        scores = corpus_scores(hypotheses, references)
+        rows[decoding] = dict(
+            bleu=round(scores["bleu"], 2),
+            chrf=round(scores["chrf"], 2),
+            sentences_per_second=round(len(sources) / seconds, 2),
+            tokens_per_second=round(tokens / seconds, 1),
+            seconds=round(seconds, 2),
+        )
+    return rows
+
+
+def evaluate_models(models: dict[str, dict[str, Path]], test_file: Path, languages, threads: int, limit=None) -> dict:
+    """`models`: name -> {engine name: folder}. The report's rows and the machine they ran on."""
+    source_lang, target_lang = languages
+    pairs = [json.loads(line)["translation"] for line in test_file.read_text(encoding="utf-8").splitlines()]
+    pairs = pairs[:limit] if limit else pairs
+    sources, references = [p[source_lang] for p in pairs], [p[target_lang] for p in pairs]
+    rows = []
+    for model, folders in models.items():
+        for engine_name, folder in folders.items():
+            engine = EngineOptions(threads=threads, **ENGINES[engine_name])
+            for decoding, scores in measure(folder, engine, sources, references, source_lang).items():
+                files = weight_files(folder)
+                rows.append(
+                    dict(
+                        model=model,
+                        engine=engine_name,
+                        decoding=decoding,
+                        **scores,
+                        size_mb=round(sum(path.stat().st_size for path in files) / 1e6, 1),
+                        parameters=parameters(folders["PyTorch float32"]),
+                    )
+                )
+    return dict(test_sentences=len(sources), threads=threads, hardware=hardware(), rows=rows)
+
+
+def row(rows: list[dict], model: str, engine: str, decoding: str) -> dict | None:
+    return next((r for r in rows if (r["model"], r["engine"], r["decoding"]) == (model, engine, decoding)), None)
+
+
+def gaps(rows: list[dict]) -> dict:
+    """The student (and baseline) against the teacher, engine by engine and decoding by decoding: BLEU and chrF
+    differences and speed ratios; and against the teacher's PyTorch beam 4 (`HEADLINE`)."""
+    headline = row(rows, "teacher", *HEADLINE)
+    found = {}
+    for r in rows:
+        if r["model"] == "teacher":
+            continue
+        teacher = row(rows, "teacher", r["engine"], r["decoding"])
+        found[f"{r['model']}, {r['engine']}, {r['decoding']}"] = dict(
+            bleu=round(r["bleu"] - teacher["bleu"], 2),
+            chrf=round(r["chrf"] - teacher["chrf"], 2),
+            speed=round(r["sentences_per_second"] / teacher["sentences_per_second"], 2),
+            speed_vs_teacher_pytorch_beam_4=round(r["sentences_per_second"] / headline["sentences_per_second"], 2),
+        )
+    return found
+
+
+def distillation_gain(rows: list[dict]) -> dict:
+    """The student's BLEU less the baseline's (PyTorch), by decoding; {} without a baseline."""
+    found = {}
+    for decoding in DECODINGS:
+        student, baseline = (row(rows, model, "PyTorch float32", decoding) for model in ("student", "baseline"))
+        if baseline is not None:
+            found[decoding] = round(student["bleu"] - baseline["bleu"], 2)
+    return found
+
+
+def format_report(report: dict) -> str:
+    """report.md: the tables of `report.json`."""
+    evaluation, student = report["evaluation"], report["student"]
+    sizes, init = student["sizes"], {"copy": "layers copied from the teacher", "random": "random initialisation"}
+    lines = [
+        "# Distillation report",
+        "",
+        f"Teacher `{report['teacher']}`; student: d_model {sizes['d_model']}, {sizes['encoder_layers']} encoder and "
+        f"{sizes['decoder_layers']} decoder layers, {sizes['heads']} heads, feed-forward {sizes['ffn_dim']} "
+        f"({init[student['init']]}), trained {student['training']['steps']} steps on "
+        f"{report['corpus']['training_pairs']:,} pairs. Test split: {evaluation['test_sentences']} sentences, one "
+        f"line one sentence; {evaluation['hardware']}. Beam 4 uses each model's own length penalty.",
+        "",
+    ]
+    if report["distillation_gain"]:
+        gain = ", ".join(f"{bleu:+.2f} BLEU {decoding}" for decoding, bleu in report["distillation_gain"].items())
+        lines += [f"What distillation bought, against the same student trained on the references as long: {gain}.", ""]
+    lines += [
+        "| model | engine | decoding | BLEU | chrF | sentences/s | tokens/s | BLEU vs teacher | speed vs teacher, "
+        "same engine and decoding | speed vs teacher PyTorch beam 4 | size on disk (MB) | parameters |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    found = report["gap"]
+    for r in evaluation["rows"]:
+        gap = found.get(f"{r['model']}, {r['engine']}, {r['decoding']}")
+        vs = (
+            (f"{gap['bleu']:+.2f}", f"{gap['speed']:.2f}x", f"{gap['speed_vs_teacher_pytorch_beam_4']:.2f}x")
+            if gap
+            else ("", "", "")
+        )
+        lines.append(
+            f"| {r['model']} | {r['engine']} | {r['decoding']} | {r['bleu']:.2f} | {r['chrf']:.2f} | "
+            f"{r['sentences_per_second']:.1f} | {r['tokens_per_second']:.0f} | {' | '.join(vs)} | {r['size_mb']} | "
+            f"{r['parameters']:,} |"
+        )
+    corpus = report["corpus"]
+    dropped = ", ".join(f"{count:,} {rule.replace('_', ' ')}" for rule, count in corpus["dropped"].items())
+    lines += [
+        "",
+        f"Distilled corpus: {corpus['translated']:,} lines translated by the teacher "
+        f"({corpus['chosen_not_teachers_first']:,} kept another hypothesis than its first, by chrF against the "
+        f"reference); dropped: {dropped}; kept {corpus['kept']:,}"
+        + (f", plus {corpus['references_added']:,} reference pairs" if corpus["references_added"] else "")
+        + ".",
+    ]
+    for name, rows in report.get("exports", {}).items():
+        missed = [f"{r['engine']} ({r['decoding']})" for r in rows if r.get("met") is False]
+        lines.append(f"Export {name}: " + (f"misses its bar: {', '.join(missed)}." if missed else "verified."))
+    lines += ["", "| step | wall time (s) |", "|---|---|"]
+    lines += [f"| {name} | {seconds} |" for name, seconds in report["seconds"].items()]
+    return "\n".join(lines) + "\n"
+
+
+def write_model_card(student_dir: Path, report: dict, repo_id: str) -> None:
+    """The student's README.md: the package's model card, with its teacher and the gap."""
+    card = str(make_model_card(student_dir, repo_id))
+    teacher = row(report["evaluation"]["rows"], "teacher", *HEADLINE)
+    student = row(report["evaluation"]["rows"], "student", *HEADLINE)
+    int8 = row(report["evaluation"]["rows"], "student", "CTranslate2 int8", "greedy")
+    speed = teacher["sentences_per_second"]
+    card = card.rstrip("\n") + (
+        "\n\n## Distillation\n\nA student distilled from the teacher `"
+        f"{Path(report['teacher']).name}` (sequence-level knowledge distillation: trained on the teacher's "
+        "translations of its training corpus, `hf-vanilla-transformer distill`). On the test split, beam 4: "
+        f"teacher BLEU {teacher['bleu']:.2f}, student {student['bleu']:.2f} "
+        f"({student['bleu'] - teacher['bleu']:+.2f}), at "
+        f"{student['sentences_per_second'] / speed:.1f}x the teacher's sentences/s; its CTranslate2 int8 export "
+        f"decoding greedily: BLEU {int8['bleu']:.2f} at {int8['sentences_per_second'] / speed:.1f}x "
+        f"({report['evaluation']['hardware']}).\n"
+    )
+    path = student_dir / "README.md"
+    temporary = path.with_name(".README.md.tmp")
+    temporary.write_text(card, encoding="utf-8")
+    temporary.replace(path)
