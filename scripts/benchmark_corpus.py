@@ -38,16 +38,16 @@ def cores() -> int:
 
 def run_system(system: str, model: str, source: Path, output: Path, shard_rows: int, threads: int) -> dict:
     """Translate `source` with `system` in this process; the timed seconds (and the start-up before them)."""
-    from hf_vanilla_transformer.translate.options import TranslateOptions
+    from hf_vanilla_transformer.translate.options import DecodeOptions, EngineOptions
 
     workers = int(system[-1])
-    options = TranslateOptions(device="cpu", threads=threads)
+    engine, decoding = EngineOptions(device="cpu", threads=threads), DecodeOptions()
     if system.startswith("translate"):
         import torch
 
         from hf_vanilla_transformer.translate.translator import load_translator, translate_file
 
-        translator = load_translator(model, options)
+        translator = load_translator(model, engine)
         if torch.distributed.is_initialized():
             torch.distributed.barrier()
         start = time.perf_counter()
@@ -66,7 +66,9 @@ def run_system(system: str, model: str, source: Path, output: Path, shard_rows: 
     ray.init(**init_arguments(None), log_to_driver=False)
     startup = time.perf_counter() - start
     folder = output.with_suffix(".shards")
-    summary = translate_corpus([str(source)], str(folder), model, options, num_workers=workers, shard_rows=shard_rows)
+    summary = translate_corpus(
+        [str(source)], str(folder), model, engine, decoding, num_workers=workers, shard_rows=shard_rows
+    )
     ray.shutdown()
     rows = [row for path in sorted(folder.glob("*.parquet")) for row in pq.read_table(path).to_pylist()]
     output.write_text("".join(row["translation"] + "\n" for row in rows), encoding="utf-8")

@@ -86,12 +86,13 @@ def run_system(system: str, model: str, source: Path, output: Path, device: str 
         seconds = _elapsed(start)
         output.write_text("".join(text.replace("\n", " ") + "\n" for text in texts), encoding="utf-8")
         return seconds
+    from hf_vanilla_transformer.translate.options import DecodeOptions
     from hf_vanilla_transformer.translate.translator import load_translator, translate_file, translate_lines
 
     backend = "ctranslate2" if "ct2" in system else "torch"
+    options = DecodeOptions(split_sentences=system != "translate-whole-lines")
     translator = load_translator(
         model,
-        split_sentences=system != "translate-whole-lines",
         backend=backend,
         int8=system.endswith("int8") and backend == "torch",
         compute_type="int8" if system.endswith("int8") and backend == "ctranslate2" else "default",
@@ -101,11 +102,11 @@ def run_system(system: str, model: str, source: Path, output: Path, device: str 
     )
     first_pass = {}
     start = time.perf_counter(), time.process_time()
-    list(translate_lines(lines if system == "translate-static" else lines[:WARM_UP], translator))
+    list(translate_lines(lines if system == "translate-static" else lines[:WARM_UP], translator, options))
     if system == "translate-static":
         first_pass = {f"first_pass_{clock}": seconds for clock, seconds in _elapsed(start).items()}
     start = time.perf_counter(), time.process_time()
-    translate_file([str(source)], str(output), translator, quiet=True)
+    translate_file([str(source)], str(output), translator, options, quiet=True)
     return {**_elapsed(start), **first_pass}
 
 

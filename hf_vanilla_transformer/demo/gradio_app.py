@@ -28,6 +28,7 @@ from ..data.folders import (
     writes_folder,
 )
 from ..errors import InputError, import_extra
+from ..translate.options import DecodeOptions
 from ..translate.translator import load_translator
 from .attention import AttentionMaps, attention_maps, plot_attention, save_figure
 
@@ -81,6 +82,7 @@ def build_demo(model_dir: str, examples: list[str] | None = None, title: str | N
 
     model = load_translation_model(model_dir).eval()
     tokenizer = load_tokenizer(model_dir)
+    translator = load_translator(model, tokenizer=tokenizer, device=str(model.device))  # once, for every click
     default_beams = min(model.generation_config.num_beams or 1, MAX_BEAMS)
     config = model.config
     sizes = {
@@ -111,18 +113,10 @@ def build_demo(model_dir: str, examples: list[str] | None = None, title: str | N
         if n_best > num_beams:
             notes.append(f"Showing {num_beams} alternatives: the n-best list cannot be longer than the beam.")
             n_best = num_beams
-        translator = load_translator(
-            model,
-            tokenizer=tokenizer,
-            num_beams=num_beams,
-            do_sample=False,
-            nbest=n_best,
-            device=str(model.device),
-            split_sentences=split_sentences,
-        )
+        options = DecodeOptions(num_beams=num_beams, do_sample=False, nbest=n_best, split_sentences=split_sentences)
         lines = text.split("\n")
-        translations = translator.translate(lines, scores=False)
-        encoded = translator.encode(lines)  # the pieces the model saw, to choose one for the heatmap
+        translations = translator.translate(lines, options, scores=False)
+        encoded = translator.encode(lines, options)  # the pieces the model saw, to choose one for the heatmap
         pieces, split = (
             [piece for line in encoded for piece in line.texts],
             sum(line.split_sentences for line in encoded),

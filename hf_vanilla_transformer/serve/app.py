@@ -23,10 +23,10 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from ..errors import InputError
+from ..translate.options import DecodeOptions, EngineOptions
 from .access import RateLimits, read_api_keys
 from .bodies import ApiError
 from .detection import LanguageDetector
-from .engines import Translators
 from .languages import Pair
 from .metrics import Metrics
 from .routes import ROUTES
@@ -38,7 +38,8 @@ logger = logging.getLogger("hf_vanilla_transformer.serve")
 
 
 class Service:
-    """What the routes share: settings, the loaded translators and runner, access rules, metrics, the queue count."""
+    """What the routes share: settings, the loaded translator and its runner, the server's decoding options, access
+    rules, metrics, the queue count."""
 
     def __init__(self, settings: Settings, translator=None):
         self.settings, self.translator = settings, translator
@@ -47,7 +48,8 @@ class Service:
         self.api_keys = read_api_keys(settings.api_keys) if settings.api_keys else None
         self.limits = RateLimits(settings.rate_limit, self.api_keys)
         self.max_body = 12 * settings.max_chars + 65536  # a form's %XX per UTF-8 byte, JSON's \\uXXXX, and the fields
-        self.runner = self.translators = self.pair = None
+        self.decoding = DecodeOptions.of(settings)  # a request's options start from these
+        self.runner = self.pair = None
         self.state = "loading"
         self.in_flight = 0
 
@@ -60,11 +62,9 @@ class Service:
         if self.translator is None:
             self.translator = load(settings)
         self.pair = Pair.of(self.translator, settings.source_lang, settings.target_lang)
-        # The settings' batching, also for a translator given loaded.
-        base = self.translator.variant(max_tokens=settings.max_tokens, batch_size=settings.batch_size)
-        self.translators = Translators(base)
+        self.num_beams = self.translator.decoding(self.decoding).num_beams
         self.runner = Runner(
-            self.translators,
+            self.translator,
             settings.max_tokens,
             settings.batch_size,
             settings.max_wait_ms / 1000,
@@ -79,6 +79,10 @@ class Service:
             self.runner.stop()
 
     # ------------------------------------------------------------------------------------------- translating
+
+    def options(self, **request) -> DecodeOptions:
+        """The server's decoding options with those a request gives (None: not given)."""
+        return dataclasses.replace(self.decoding, **{k: v for k, v in request.items() if v is not None})
 
     def check_access(self, request: Request, values: dict) -> None:
         """403 without a listed key (when keys are required), 429 beyond the caller's rate."""
@@ -140,13 +144,12 @@ def use_threads(settings: Settings) -> None:
 def load(settings: Settings):
     """translate's translator for `settings` (CTranslate2 takes as many threads as torch has)."""
     from ..data.folders import check_translation_folder, resolve_model
-    from ..translate.options import TranslateOptions
     from ..translate.translator import load_translator
 
     if not settings.model:
         raise InputError("--model is required: a trained model folder (or Hub id) with its tokenizer.")
     check_translation_folder(resolve_model(settings.model), ctranslate2=settings.backend == "ctranslate2")
-    return load_translator(settings.model, TranslateOptions.of(settings))
+    return load_translator(settings.model, EngineOptions.of(settings))
 
 
 # ------------------------------------------------------------------------------------------------ application

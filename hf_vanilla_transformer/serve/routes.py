@@ -9,7 +9,6 @@ from starlette.responses import JSONResponse, Response
 
 from ..translate.io import format_translation
 from .bodies import ApiError, fields, json_object, read_body, text_field, texts_field, whole_number
-from .runner import Options
 from .texts import layout
 
 
@@ -44,8 +43,8 @@ async def translate(service, request) -> Response:
     lines = []
     layouts = [layout(text, text_format, lines) for text in texts]
     nbest = alternatives + 1
-    beams = service.translators.defaults.num_beams
-    translations = await service.translate(lines, Options(num_beams=max(beams, nbest), nbest=nbest))
+    beams = service.num_beams
+    translations = await service.translate(lines, service.options(num_beams=max(beams, nbest), nbest=nbest))
 
     def kth(k: int) -> list[str]:
         return [t.hypotheses[min(k, len(t.hypotheses) - 1)].text for t in translations]
@@ -88,7 +87,7 @@ async def translate_native(service, request) -> Response:
             raise ApiError(400, f"Invalid request: texts[{i}] holds a line break; each text is one line")
     check_size(texts, settings.max_chars)
     beams = number(values, "num_beams", int, 1, settings.max_beams)
-    effective = beams or service.translators.defaults.num_beams
+    effective = beams or service.num_beams
     nbest = number(values, "nbest", int, 1) or 1
     if nbest > effective:
         raise ApiError(400, f"Invalid request: nbest ({nbest}) must be at most num_beams ({effective})")
@@ -96,7 +95,7 @@ async def translate_native(service, request) -> Response:
     split = values.get("split_sentences")
     if split is not None and not isinstance(split, bool):
         raise ApiError(400, "Invalid request: split_sentences must be true or false")
-    options = Options(num_beams=beams, length_penalty=length_penalty, nbest=nbest, split_sentences=split)
+    options = service.options(num_beams=beams, length_penalty=length_penalty, nbest=nbest, split_sentences=split)
     translations = await service.translate(texts, options, scores=True)
     records = [json.loads(format_translation(i, t, "jsonl")) for i, t in enumerate(translations)]
     return JSONResponse({"translations": records})

@@ -7,7 +7,7 @@ order. When fewer requests wait than the last round had clients (those it answer
 and those that arrived meanwhile), it waits for them up to `max_wait` seconds after the round (or after the first
 request's arrival): a lone client is not delayed, and concurrent clients fill batches together rather than in
 alternating halves. Requests that ask for other decoding options
-(beams, n-best, sentence splitting) are batched with their own kind.
+(beams, n-best, sentence splitting) are batched with their own kind, on the same loaded model.
 
 A call that raises is retried request by request, so that only the request whose text fails gets the error; the
 runner goes on. Requests whose caller has given up (timeout, disconnect) before their turn are skipped.
@@ -20,19 +20,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ..errors import InputError
+from ..translate.options import DecodeOptions
 
 
 logger = logging.getLogger("hf_vanilla_transformer.serve")
-
-
-@dataclass(frozen=True)
-class Options:
-    """Decoding options of a request; None keeps the server's."""
-
-    num_beams: int | None = None
-    length_penalty: float | None = None
-    nbest: int = 1
-    split_sentences: bool | None = None
 
 
 class TranslationFailed(Exception):
@@ -49,7 +40,7 @@ class Job:
     `LineTranslation` or an exception (`InputError`: the text cannot be translated; `TranslationFailed`)."""
 
     lines: list[str]
-    options: Options
+    options: DecodeOptions  # the server's, with the request's own on top
     settle: Callable[[object], None]
     scores: bool = False
     arrived: float = field(default_factory=time.monotonic)
@@ -58,18 +49,18 @@ class Job:
 
 
 class Runner:
-    """`submit` from any thread; `translator_for(options)` gives the translator of a kind of request."""
+    """`submit` from any thread; the runner's thread alone calls `translator`."""
 
     def __init__(
         self,
-        translator_for: Callable[[Options], object],
+        translator,
         max_tokens: int | None,
         batch_size: int | None,
         max_wait: float,
         observe: Callable[..., None] = lambda **_: None,
     ):
-        self.translator_for, self.max_tokens, self.batch_size, self.max_wait = (
-            translator_for,
+        self.translator, self.max_tokens, self.batch_size, self.max_wait = (
+            translator,
             max_tokens,
             batch_size,
             max_wait,
@@ -119,7 +110,7 @@ class Runner:
 
     def _run(self) -> None:
         while (jobs := self._take()) is not None:
-            kinds: dict[Options, list[Job]] = {}
+            kinds: dict[DecodeOptions, list[Job]] = {}
             for job in jobs:
                 kinds.setdefault(job.options, []).append(job)
             for options, group in kinds.items():
@@ -132,22 +123,23 @@ class Runner:
             with self.condition:
                 self.expected, self.round_end = len(jobs) + len(self.waiting), time.monotonic()
 
-    def _translate(self, options: Options, jobs: list[Job]) -> None:
+    def _translate(self, options: DecodeOptions, jobs: list[Job]) -> None:
         try:
-            translator = self.translator_for(options)
+            self.translator.decoding(options)  # options that do not go together fail these requests alone
         except InputError as error:
             for job in jobs:
                 self._finish(job, error)
             return
-        self._run_jobs(translator, [job for job in jobs if not job.abandoned])
+        self._run_jobs(options, [job for job in jobs if not job.abandoned])
 
-    def _run_jobs(self, translator, jobs: list[Job]) -> None:
+    def _run_jobs(self, options: DecodeOptions, jobs: list[Job]) -> None:
         """The lines of `jobs` in one `Translator.translate` call; when it raises, each job on its own."""
         if not jobs:
             return
         try:
-            translations = translator.translate(
+            translations = self.translator.translate(
                 [line for job in jobs for line in job.lines],
+                options,
                 scores=any(job.scores for job in jobs),
                 on_batch=lambda batch: self.observe(
                     sentences=batch.sentences, tokens=batch.tokens, generated=batch.generated, seconds=batch.seconds
@@ -156,7 +148,7 @@ class Runner:
         except Exception as error:
             if len(jobs) > 1:  # find whose text fails
                 for job in jobs:
-                    self._run_jobs(translator, [job])
+                    self._run_jobs(options, [job])
             else:
                 self._finish(jobs[0], error if isinstance(error, InputError) else TranslationFailed(error))
             return

@@ -5,14 +5,14 @@ import os
 from dataclasses import asdict, dataclass, fields
 
 from ..errors import InputError
-from ..translate.options import TranslateOptions
+from ..translate.options import DecodeOptions, EngineOptions
 
 
 ENVIRONMENT = "HF_VANILLA_TRANSFORMER_SERVE"  # the settings of `from_environment` (JSON), for worker processes
 
 
 @dataclass(frozen=True)
-class Settings(TranslateOptions):
+class Settings(EngineOptions, DecodeOptions):
     """translate's options (the engine, decoding, sentences, batching across requests) and the server's own."""
 
     model: str | None = None

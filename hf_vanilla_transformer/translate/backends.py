@@ -1,8 +1,10 @@
 """Translation engines behind `hf_vanilla_transformer.translate.translator`: PyTorch with this package's search
 (`decoding.py`; float32, bf16/fp16 on GPUs, dynamic int8 on CPUs) and CTranslate2.
 
-Both take batches of source token ids with a new-token limit per sentence and return, per sentence, the best
-hypotheses as token ids with the log-probability of every token. Texts, batching and files are `translator.py`'s.
+Both load once and decode with any generation settings per call (`generation_config(overrides, nbest)`): they cut
+the pieces of a call into batches (`batches`) and decode a batch of source token ids with a new-token limit per
+sentence, returning per sentence the best hypotheses as token ids with the log-probability of every token. Texts,
+sentences and files are `translator.py`'s.
 """
 
 import copy
@@ -11,6 +13,7 @@ import json
 import os
 import shutil
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,6 +32,7 @@ from ..model.configuration_vanilla_transformer import (
 )
 from ..model.pipeline_translation import check_tokenizer_fits_model, max_source_length
 from .decoding import check_settings, decode, static_cache
+from .io import make_batches
 
 
 logger = logging.get_logger(__name__)
@@ -55,10 +59,6 @@ def sequence_score(token_scores: list[float], length_penalty: float) -> float:
     return sum(token_scores) / max(len(token_scores), 1) ** length_penalty
 
 
-def _length_penalty(generation_config: GenerationConfig) -> float:
-    return 1.0 if generation_config.length_penalty is None else generation_config.length_penalty
-
-
 def default_length_rule(generation_config: GenerationConfig) -> tuple[float, int]:
     """(a, b) of the default limit a x source tokens + b new tokens: the model's own fixed limit where its generation
     config sets `max_new_tokens` (a = 0), else the paper's source length + 50, as the translation pipeline. The
@@ -78,49 +78,90 @@ def uses_static_cache(compile: str, device: torch.device, lines: int | None) -> 
     return device.type == "cuda" and lines is not None and lines >= COMPILE_MIN_LINES
 
 
-class TorchBackend:
+class Backend:
+    """What both engines share: the model's generation config with a call's settings on top, and token-budget
+    batches."""
+
+    def __init__(self, tokenizer, generation_config: GenerationConfig, input_limit: int | None):
+        self.tokenizer, self.base_generation_config, self.input_limit = tokenizer, generation_config, input_limit
+        self.trained_on = trained_on(generation_config)
+        self.max_source_tokens = self.trained_on.source_limit(input_limit)
+        self.default_length_rule = default_length_rule(generation_config)
+
+    def generation_config(self, overrides: dict, nbest: int) -> GenerationConfig:
+        """The model's generation config with `overrides` on top, for `nbest` hypotheses per sentence, checked."""
+        return generation_settings(self.base_generation_config, overrides, nbest)
+
+    def batches(self, lengths: list[int], max_tokens: int, batch_size: int | None) -> list[list[int]]:
+        """The sources (by their token counts) cut into length-sorted batches of at most `max_tokens` padded tokens
+        and `batch_size` sentences."""
+        return make_batches(lengths, max_tokens, batch_size)
+
+
+class TorchBackend(Backend):
     """A model with its tokenizer on this package's search (`decoding.py`): one new-token limit per sentence, the
     token log-probabilities of the hypotheses. With `static_cache` it decodes batches of bounded shapes
-    (`Translator.static_shape`) through a static cache whose step transformers compiles on a GPU, as `generate()`
-    does (`compile_config`; on a CPU the static cache runs uncompiled)."""
+    (`static_shape`) through a static cache whose step transformers compiles on a GPU, as `generate()` does
+    (`compile_config`; on a CPU the static cache runs uncompiled)."""
 
-    def __init__(self, model, tokenizer, generation_config: GenerationConfig, nbest: int, static_cache: bool = False):
-        self.model, self.tokenizer, self.nbest = model, tokenizer, nbest
+    def __init__(self, model, tokenizer, generation_config: GenerationConfig, static_cache: bool = False):
+        super().__init__(tokenizer, generation_config, max_source_length(tokenizer, model.config))
+        self.model = model
         self.device = next(model.parameters()).device
         self.static_cache = static_cache
         self.compile_config = CompileConfig(fullgraph=True) if static_cache and self.device.type == "cuda" else None
-        self.static_caches = {}  # by batch shape, reused: the compiled step's CUDA graph reads them in place
-        eos = generation_config.eos_token_id
-        self.eos_ids = set(token_ids(eos))
-        self.input_limit = max_source_length(tokenizer, model.config)
+        self.static_caches = {}  # by batch shape and search, reused: the compiled step reads them in place
+        self.eos_ids = set(token_ids(generation_config.eos_token_id))
         self.max_position_embeddings = target_positions(model.config, generation_config)
-        self.trained_on = trained_on(generation_config)
-        self.default_length_rule = default_length_rule(generation_config)
-        self.length_penalty = _length_penalty(generation_config)
-        self.generation_config = copy.deepcopy(generation_config)
-        self.generation_config.max_length = self.generation_config.max_new_tokens = None  # set per batch
-        check_settings(model, self.generation_config)
+        self.generation_config({}, 1)  # the model's own settings, checked now
+
+    def generation_config(self, overrides: dict, nbest: int) -> GenerationConfig:
+        config = super().generation_config(overrides, nbest)
+        config.max_length = config.max_new_tokens = None  # set per batch
+        check_settings(self.model, config)
+        return config
+
+    def batches(self, lengths: list[int], max_tokens: int, batch_size: int | None) -> list[list[int]]:
+        # A static cache decodes each batch at its `static_length`: batches are cut at the rounded lengths.
+        return super().batches(
+            list(map(self.static_length, lengths)) if self.static_cache else lengths, max_tokens, batch_size
+        )
+
+    def static_length(self, source_length: int) -> int:
+        """The source length a static cache pads a sentence to: the next power of two from 16, within the longest
+        sentence the translator passes on."""
+        length = max(16, 1 << (source_length - 1).bit_length())
+        return min(length, self.max_source_tokens or length)
+
+    def static_shape(self, sources: list[list[int]], limit: Callable[[int], int], max_tokens: int, batch_size):
+        """The (rows, source length, target positions) a static cache decodes a batch in: its longest sentence's
+        `static_length`, as many rows as `max_tokens` and `batch_size` allow at that length (batches are cut at it),
+        and that length's limit, which bounds every sentence's (the limit grows with the length). One shape per
+        source length, a handful per process, so that the step is compiled that many times."""
+        length = self.static_length(max(map(len, sources)))
+        rows = max(1, max_tokens // length, len(sources))
+        rows = min(rows, batch_size or rows)
+        return rows, length, limit(length)
 
     @torch.inference_mode()
     def generate(
-        self,
-        sources: list[list[int]],
-        limits: list[int],
-        scores: bool = True,
-        seed: int = 0,
-        shape: tuple[int, int, int] | None = None,
+        self, sources: list[list[int]], limit: Callable[[int], int], decoding, scores: bool = True, seed: int = 0
     ) -> list[list[Hypothesis]]:
-        """The `nbest` best hypotheses of each source (token ids with EOS), at most `limits[i]` new tokens each.
-        `shape` (static cache): the (rows, source length, target positions) of the batch decoded, filled up with
+        """The `decoding.nbest` best hypotheses of each source (token ids with EOS) under `decoding`'s search, at most
+        `limit(len(source))` new tokens each. A static cache decodes the batch in its `static_shape`, filled up with
         copies of the first source."""
+        limits = [limit(len(s)) for s in sources]
         pad, count = self.tokenizer.pad_token_id, len(sources)
         length, cache = max(map(len, sources)), None
-        if shape is not None:
+        if self.static_cache:
+            options = decoding.options
+            shape = self.static_shape(sources, limit, options.max_tokens, options.batch_size)
             rows, length, positions = shape
             sources = sources + [sources[0]] * (rows - count)
-            if shape not in self.static_caches:
-                self.static_caches[shape] = static_cache(self.model.config, positions, length)
-            cache = self.static_caches[shape]
+            key = (*shape, decoding.num_beams, decoding.nbest)  # the cache holds rows x beams (or x samples) rows
+            if key not in self.static_caches:
+                self.static_caches[key] = static_cache(self.model.config, positions, length)
+            cache = self.static_caches[key]
             cache.reset()
         input_ids = torch.tensor([s + [pad] * (length - len(s)) for s in sources], device=self.device)
         attention_mask = torch.tensor([[1] * len(s) + [0] * (length - len(s)) for s in sources], device=self.device)
@@ -129,8 +170,8 @@ class TorchBackend:
             input_ids,
             attention_mask,
             limits,
-            self.generation_config,
-            self.nbest,
+            decoding.generation_config,
+            decoding.nbest,
             seed,
             static_cache=cache,
             compile_config=self.compile_config,
@@ -146,8 +187,6 @@ class TorchBackend:
 
 def load_torch_backend(
     model,
-    overrides: dict,
-    nbest: int,
     device: str | None = None,
     dtype: str = "float32",
     int8: bool = False,
@@ -157,8 +196,7 @@ def load_torch_backend(
     lines: int | None = None,
 ) -> TorchBackend:
     """Any `AutoModelForSeq2SeqLM`, a folder or Hub id loaded with its tokenizer, or a model object with `tokenizer`
-    (moved to `device` and `dtype`, in eval mode); `overrides` go on top of its generation config. `compile` and
-    `lines`: `uses_static_cache`."""
+    (moved to `device` and `dtype`, in eval mode). `compile` and `lines`: `uses_static_cache`."""
     device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     if dtype not in DTYPES:
         raise InputError(f"--dtype must be one of {sorted(DTYPES)}, got {dtype!r}.")
@@ -186,8 +224,7 @@ def load_torch_backend(
                 "ignore", message="torch.ao.quantization is deprecated", category=DeprecationWarning
             )
             model = torch.ao.quantization.quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8)
-    settings = generation_settings(model.generation_config, overrides, nbest)
-    return TorchBackend(model, tokenizer, settings, nbest, uses_static_cache(compile, device, lines))
+    return TorchBackend(model, tokenizer, model.generation_config, uses_static_cache(compile, device, lines))
 
 
 def generation_settings(base: GenerationConfig, overrides: dict, nbest: int) -> GenerationConfig:
@@ -209,7 +246,7 @@ def generation_settings(base: GenerationConfig, overrides: dict, nbest: int) -> 
     return config
 
 
-class CTranslate2Backend:
+class CTranslate2Backend(Backend):
     """A CTranslate2 `Translator` on the same interface. Token log-probabilities come from scoring the hypotheses
     (`score_batch`), the model's own, as beam search uses them.
 
@@ -220,30 +257,36 @@ class CTranslate2Backend:
     with their limits. Calling per limit instead cost CTranslate2 more than half its speed on a server's batches,
     whose sentences come from many requests and have as many lengths."""
 
-    def __init__(self, translator, tokenizer, generation_config: GenerationConfig, nbest: int, limit: int | None):
+    def __init__(self, translator, tokenizer, generation_config: GenerationConfig, limit: int | None):
+        super().__init__(tokenizer, generation_config, limit)
+        self.translator = translator
+        self.max_position_embeddings = min((n for n in (limit, generation_config.max_length) if n), default=None)
+        self.options = {}  # translate_batch's options, by generation config
+
+    def translate_options(self, generation_config: GenerationConfig, nbest: int) -> dict:
+        """`translate_batch`'s options for a call's settings. Long sentences are split before they get here
+        (max_input_length=0: no truncation); EOS shows who ended; max_decoding_length is each sentence's own, set in
+        `generate`."""
         from ..interop.ctranslate2 import translate_options
 
-        self.translator, self.tokenizer, self.nbest = translator, tokenizer, nbest
-        self.generation_config = generation_config
-        self.input_limit = limit
-        self.max_position_embeddings = min((n for n in (limit, generation_config.max_length) if n), default=None)
-        self.trained_on = trained_on(generation_config)
-        self.default_length_rule = default_length_rule(generation_config)
-        self.length_penalty = _length_penalty(generation_config)
-        # Long sentences are split before they get here (max_input_length=0: no truncation); EOS shows who ended;
-        # max_decoding_length is each sentence's own, set in generate().
-        self.options = translate_options(
-            generation_config,
-            num_hypotheses=nbest,
-            max_input_length=0,
-            return_end_token=True,
-            max_decoding_length=None,
-        )
+        key = (generation_config.to_json_string(), nbest)
+        if key not in self.options:
+            self.options[key] = translate_options(
+                generation_config,
+                num_hypotheses=nbest,
+                max_input_length=0,
+                return_end_token=True,
+                max_decoding_length=None,
+            )
+        return self.options[key]
 
-    def generate(self, sources: list[list[int]], limits: list[int], scores: bool = True, seed: int = 0):
+    def generate(
+        self, sources: list[list[int]], limit: Callable[[int], int], decoding, scores: bool = True, seed: int = 0
+    ) -> list[list[Hypothesis]]:
         eos = self.tokenizer.eos_token
         tokens = [self.tokenizer.convert_ids_to_tokens(s) for s in sources]
-        results = self._decode(tokens, limits)
+        options = self.translate_options(decoding.generation_config, decoding.nbest)
+        results = self._decode(tokens, [limit(len(s)) for s in sources], options, decoding.nbest)
         hypotheses = [[(h[:-1], True) if h and h[-1] == eos else (h, False) for h in r] for r in results]
         flat = [(i, h) for i, hs in enumerate(hypotheses) for h in hs]
         log_probs = [[] for _ in flat]
@@ -256,25 +299,25 @@ class CTranslate2Backend:
             out[i].append(Hypothesis(ids, list(token_scores), not ended))
         return out
 
-    def _decode(self, tokens: list[list[str]], limits: list[int]) -> list[list[list[str]]]:
+    def _decode(self, tokens: list[list[str]], limits: list[int], options: dict, nbest: int) -> list[list[list[str]]]:
         """Per sentence, CTranslate2's hypotheses under its own limit (see the class' docstring)."""
-        beams, results = self.options["beam_size"], [None] * len(tokens)
+        beams, results = options["beam_size"], [None] * len(tokens)
         # With beam search, the `beams` best of the ended hypotheses include one that ended at the search's last step
         # (fewer than `beams` had ended before it), so their longest length tells that step. Without a length penalty
         # CTranslate2 stops once the best `num_hypotheses` have ended: asking for more would change the search.
-        if beams == 1 or self.options["length_penalty"] != 0:
-            options = {**self.options, "num_hypotheses": beams, "max_decoding_length": max(limits)}
-            for i, output in enumerate(self.translator.translate_batch(tokens, **options)):
+        if beams == 1 or options["length_penalty"] != 0:
+            longest = {**options, "num_hypotheses": beams, "max_decoding_length": max(limits)}
+            for i, output in enumerate(self.translator.translate_batch(tokens, **longest)):
                 hypotheses, limit = output.hypotheses, limits[i]
                 if beams == 1:
                     results[i] = [h[:limit] for h in hypotheses]
-                elif limit == options["max_decoding_length"] or max(map(len, hypotheses), default=0) < limit:
-                    results[i] = hypotheses[: self.nbest]
+                elif limit == longest["max_decoding_length"] or max(map(len, hypotheses), default=0) < limit:
+                    results[i] = hypotheses[:nbest]
         pending = [i for i, result in enumerate(results) if result is None]
         for limit in sorted({limits[i] for i in pending}):
             group = [i for i in pending if limits[i] == limit]
             outputs = self.translator.translate_batch(
-                [tokens[i] for i in group], **{**self.options, "max_decoding_length": limit}
+                [tokens[i] for i in group], **{**options, "max_decoding_length": limit}
             )
             for i, output in zip(group, outputs):
                 results[i] = output.hypotheses
@@ -283,8 +326,6 @@ class CTranslate2Backend:
 
 def load_ctranslate2_backend(
     model_name: str,
-    overrides: dict,
-    nbest: int,
     device: str | None = None,
     compute_type: str = "default",
     trust_remote_code: bool = False,
@@ -321,8 +362,9 @@ def load_ctranslate2_backend(
         ]
         generation_config.bad_words_ids = banned or None
     config = None if source == folder else AutoConfig.from_pretrained(source, trust_remote_code=trust_remote_code)
-    generation_config = generation_settings(generation_config, overrides, nbest)
-    return CTranslate2Backend(translator, tokenizer, generation_config, nbest, max_source_length(tokenizer, config))
+    backend = CTranslate2Backend(translator, tokenizer, generation_config, max_source_length(tokenizer, config))
+    backend.generation_config({}, 1)  # the folder's own settings, checked now
+    return backend
 
 
 def _target_vocabulary(folder: Path) -> list[str]:

@@ -6,7 +6,7 @@ import os
 import sys
 
 from ..errors import CommandParser, InputError, check_minimums, import_extra
-from .options import TranslateOptions, add_arguments, default_threads
+from .options import DecodeOptions, EngineOptions, add_arguments, default_threads
 
 
 DESCRIPTION = """Translate text files with any AutoModelForSeq2SeqLM folder: one output line per input line, in order,
@@ -44,20 +44,21 @@ def main(argv: list[str], prog: str) -> int:
     if args.quiet:
         logging.disable_progress_bar()
     check_minimums(MINIMUMS, args)
-    options = TranslateOptions.of(args).check()
-    check_device(options.device, options.backend)
+    engine, decoding = EngineOptions.of(args), DecodeOptions.of(args)
+    check_device(engine.device, engine.backend)
     check_inputs(args.inputs or ["-"])
     if args.output not in (None, "-"):  # --resume continues the file it names
         check_output_file(args.output, args.overwrite or args.resume)
-    if options.threads is None:  # the cores shared among this machine's processes (accelerate launch: several)
-        options = dataclasses.replace(options, threads=default_threads(int(os.environ.get("LOCAL_WORLD_SIZE", "1"))))
+    if engine.threads is None:  # the cores shared among this machine's processes (accelerate launch: several)
+        engine = dataclasses.replace(engine, threads=default_threads(int(os.environ.get("LOCAL_WORLD_SIZE", "1"))))
     # --compile auto weighs the input's length; standard input's is not known beforehand, and counts as short.
-    translator = load_translator(args.model, options, lines=count_lines(args.inputs or ["-"]) or 0)
+    translator = load_translator(args.model, engine, lines=count_lines(args.inputs or ["-"]) or 0)
     try:
         translate_file(
             args.inputs,
             args.output,
             translator,
+            decoding,
             output_format=args.output_format,
             resume=args.resume,
             quiet=args.quiet,

@@ -8,7 +8,7 @@ by row groups) named after the file and their row range; an actor writes a shard
 renames it when complete, and a run skips the shards whose output exists. Ray restarts a dead actor and retries its
 shard (its temporary file tells the retry). So every input row is in the output exactly once, whatever was killed.
 
-In Python, `translate_dataset(dataset, model, options)` adds the translations to any `ray.data.Dataset`.
+In Python, `translate_dataset(dataset, model, engine, decoding)` adds the translations to any `ray.data.Dataset`.
 """
 
 import dataclasses
@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from ..cuda import cuda_environment
 from ..errors import InputError, import_extra
-from .options import TranslateOptions
+from .options import DecodeOptions, EngineOptions
 from .translator import load_translator, output_settings
 
 
@@ -210,17 +210,17 @@ def read_shard(shard: Shard, column: str):
 # ------------------------------------------------------------------------------------------------- translating
 
 
-def translated(translator, table, column: str):
+def translated(translator, decoding: DecodeOptions, table, column: str):
     """`table` with `translation` and `score` (and `nbest`, a list of {text, score}, when n > 1) added; and the
     sentences translated. A null text is translated as an empty one."""
     import pyarrow as pa
 
     texts = ["" if text is None else text for text in table.column(column).to_pylist()]
-    results = translator.translate(texts)
+    results = translator.translate(texts, decoding)
     best = [t.hypotheses[0] if t.hypotheses else None for t in results]
     table = table.append_column("translation", pa.array([h.text if h else "" for h in best], pa.string()))
     table = table.append_column("score", pa.array([h.score if h else None for h in best], pa.float64()))
-    if translator.nbest > 1:
+    if decoding.nbest > 1:
         nbest = [[{"text": h.text, "score": h.score} for h in t.hypotheses] for t in results]
         kind = pa.list_(pa.struct([("text", pa.string()), ("score", pa.float64())]))
         table = table.append_column("nbest", pa.array(nbest, kind))
@@ -231,19 +231,19 @@ class Translate:
     """A Ray Data actor: loads the model once, then adds the translations of `column` to each batch it is given.
     `lines`: how many it will translate, where known (`--compile auto` compiles for enough)."""
 
-    def __init__(self, model: str, options: TranslateOptions, column: str, lines: int | None = None):
-        self.translator, self.column = load_translator(model, options, lines=lines), column
+    def __init__(self, model: str, engine: EngineOptions, decoding: DecodeOptions, column: str, lines=None):
+        self.translator, self.decoding, self.column = load_translator(model, engine, lines=lines), decoding, column
 
     def __call__(self, batch):
-        return translated(self.translator, batch, self.column)[0]
+        return translated(self.translator, self.decoding, batch, self.column)[0]
 
 
 class TranslateShards(Translate):
     """The actor of `translate-corpus`: each shard read, translated and written whole, under a temporary name (made
     before the work starts, so that an attempt that dies leaves it) renamed when complete."""
 
-    def __init__(self, model, options, column: str, output_dir: str, output_format: str, lines: int | None = None):
-        super().__init__(model, options, column, lines)
+    def __init__(self, model, engine, decoding, column: str, output_dir: str, output_format: str, lines=None):
+        super().__init__(model, engine, decoding, column, lines)
         self.output_dir, self.output_format = output_dir, output_format
 
     def __call__(self, batch):
@@ -257,7 +257,7 @@ class TranslateShards(Translate):
             temporary = f"{folder}/.{shard.name}.tmp"
             retry = filesystem_.get_file_info(temporary).type != pafs.FileType.NotFound
             filesystem_.open_output_stream(temporary).close()
-            table, sentences = translated(self.translator, read_shard(shard, self.column), self.column)
+            table, sentences = translated(self.translator, self.decoding, read_shard(shard, self.column), self.column)
             with filesystem_.open_output_stream(temporary) as stream:
                 write_table(table, stream, self.output_format)
             filesystem_.move(temporary, f"{folder}/{shard.name}.{self.output_format}")
@@ -286,7 +286,7 @@ def write_table(table, stream, output_format: str) -> None:
         )
 
 
-def worker_resources(options: TranslateOptions, num_workers: int) -> tuple[TranslateOptions, dict]:
+def worker_resources(options: EngineOptions, num_workers: int) -> tuple[EngineOptions, dict]:
     """The options of each worker and its Ray resources: one GPU each where the cluster has GPUs, else the CPUs
     shared among the workers, at most a node's (`--threads` each when given), torch's threads set to match. A GPU
     worker runs with this process's `CUDA_DEFAULTS`, which a cluster's nodes do not inherit from it."""
@@ -303,19 +303,19 @@ def worker_resources(options: TranslateOptions, num_workers: int) -> tuple[Trans
 
 
 def translate_dataset(
-    dataset, model: str, options: TranslateOptions | None = None, *, column: str = "text", num_workers: int = 1,
-    batch_size: int = 1000,
+    dataset, model: str, engine: EngineOptions | None = None, decoding: DecodeOptions | None = None, *,
+    column: str = "text", num_workers: int = 1, batch_size: int = 1000,
 ):  # fmt: skip
-    """`dataset` (a `ray.data.Dataset`) with `translation`, `score` (and `nbest` when `options.nbest` > 1) added to its
-    rows, translated from `column` by `num_workers` actors that each hold the model. `batch_size` rows reach an actor
-    at once; the engine batches them by its token budget."""
-    options = (options or TranslateOptions()).check()
+    """`dataset` (a `ray.data.Dataset`) with `translation`, `score` (and `nbest` when `decoding.nbest` > 1) added to
+    its rows, translated from `column` by `num_workers` actors that each hold the model. `batch_size` rows reach an
+    actor at once; the engine batches them by its token budget."""
+    decoding = (decoding or DecodeOptions()).check()
     if column not in dataset.schema().names:
         raise InputError(f"no column {column!r} in the dataset; it has {', '.join(dataset.schema().names)}.")
-    options, resources = worker_resources(options, num_workers)
+    engine, resources = worker_resources((engine or EngineOptions()).check(), num_workers)
     return dataset.map_batches(
         Translate,
-        fn_constructor_args=(model, options, column),
+        fn_constructor_args=(model, engine, decoding, column),
         batch_format="pyarrow",
         batch_size=batch_size,
         compute=ray_module().data.ActorPoolStrategy(size=num_workers),
@@ -407,7 +407,8 @@ def translate_corpus(
     inputs: list[str],
     output_dir: str,
     model: str,
-    options: TranslateOptions,
+    engine: EngineOptions,
+    decoding: DecodeOptions,
     *,
     column: str = "text",
     output_format: str = "parquet",
@@ -424,7 +425,7 @@ def translate_corpus(
     shards = plan(inputs, column, shard_rows)
     record = dict(
         inputs=inputs, column=column, shard_rows=shard_rows, output_format=output_format,
-        settings=output_settings(model, options),
+        settings=output_settings(model, engine, decoding),
     )  # fmt: skip
     complete = check_manifest(output_dir, record)
     todo = [shard for shard in shards if shard.name not in complete]
@@ -436,13 +437,13 @@ def translate_corpus(
         connect()
     resources = ray.cluster_resources()
     num_workers = num_workers or int(resources.get("GPU", 0)) or max(1, int(resources.get("CPU", 1)) // 4)
-    options, resources = worker_resources(options, num_workers)
+    engine, resources = worker_resources(engine, num_workers)
     dataset = ray.data.from_items([dataclasses.asdict(s) for s in todo], override_num_blocks=len(todo))
     num_workers = min(num_workers, len(todo))
     lines = sum(shard.stop - shard.start for shard in todo) // num_workers  # each worker's share
     results = dataset.map_batches(
         worker,
-        fn_constructor_args=(model, options, column, output_dir, output_format, lines),
+        fn_constructor_args=(model, engine, decoding, column, output_dir, output_format, lines),
         batch_format="pyarrow",
         batch_size=1,
         # A shard is seconds to minutes of work: an actor holds one in hand and one queued, not more.

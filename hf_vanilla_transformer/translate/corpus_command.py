@@ -4,7 +4,7 @@ import os
 import sys
 
 from ..errors import CommandParser, check_minimums
-from .options import TranslateOptions, add_arguments
+from .options import DecodeOptions, EngineOptions, add_arguments
 
 
 DESCRIPTION = """Translate a corpus (Parquet, JSON Lines or text files; local or any filesystem Ray reads, such as s3://)
@@ -47,12 +47,12 @@ def main(argv: list[str], prog: str) -> int:
     from .corpus import input_files, ray_module, translate_corpus
 
     check_minimums(MINIMUMS, args)
-    options = TranslateOptions.of(args).check()
-    check_device(options.device, options.backend)
+    engine, decoding = EngineOptions.of(args), DecodeOptions.of(args)
+    check_device(engine.device, engine.backend)
     ray = ray_module()
     inputs = input_files(args.input)
     if "://" not in args.model:
-        check_translation_folder(resolve_model(args.model), ctranslate2=options.backend == "ctranslate2")
+        check_translation_folder(resolve_model(args.model), ctranslate2=engine.backend == "ctranslate2")
     started = False
 
     def connect():
@@ -66,7 +66,8 @@ def main(argv: list[str], prog: str) -> int:
             inputs,
             args.output_dir,
             args.model,
-            options,
+            engine,
+            decoding,
             column=args.column,
             output_format=args.output_format,
             num_workers=args.num_workers,

@@ -1,9 +1,12 @@
 """The translation options, declared once: what `translate`, `serve` and `translate-corpus` accept on their command
-lines and what `load_translator` takes, with their defaults and help.
+lines, with their defaults and help. `EngineOptions` are what loading a model needs (`load_translator`);
+`DecodeOptions` what one call of the engine decodes with (`Translator.translate`), as CTranslate2 separates
+`Translator(...)` from `translate_batch(..., beam_size=...)`.
 
-    options = TranslateOptions(num_beams=5, max_tokens=2000)
+    engine, decoding = EngineOptions(backend="ctranslate2"), DecodeOptions(num_beams=5, max_tokens=2000)
     add_arguments(parser)                       # --backend, --num_beams, --max_tokens, ... in their groups
-    options = TranslateOptions.of(parser.parse_args())
+    args = parser.parse_args()
+    engine, decoding = EngineOptions.of(args), DecodeOptions.of(args)
 """
 
 import argparse
@@ -28,11 +31,30 @@ def option(group: str, default=None, help: str | None = None, minimum=None, **ar
     return field(default=default, metadata=dict(group=group, help=help, minimum=minimum, argument=argument))
 
 
-@dataclass(frozen=True)
-class TranslateOptions:
-    """How a translator decodes and batches, and which engine runs the model (see docs/translate.md)."""
+class Options:
+    """What both kinds of options do: check their values, and take theirs from parsed arguments."""
 
-    # The engine: which one runs the model, where, in which precision, on how many threads.
+    def check(self):
+        for f in fields(self):
+            if "group" not in f.metadata:
+                continue
+            choices = f.metadata["argument"].get("choices")
+            if choices and getattr(self, f.name) not in choices:
+                raise InputError(f"--{f.name} must be one of {list(choices)}, got {getattr(self, f.name)!r}.")
+            if f.metadata["minimum"] is not None:
+                check_at_least(f"--{f.name}", getattr(self, f.name), f.metadata["minimum"])
+        return self
+
+    @classmethod
+    def of(cls, values):
+        """The options among the attributes of `values` (parsed arguments, a server's settings); the rest default."""
+        return cls(**{f.name: getattr(values, f.name) for f in fields(cls) if hasattr(values, f.name)}).check()
+
+
+@dataclass(frozen=True)
+class EngineOptions(Options):
+    """Which engine runs the model, where, in which precision, on how many threads: fixed when it loads."""
+
     backend: str = option("engine", "torch", choices=("torch", "ctranslate2"))
     device: str | None = option("engine", help="cpu, cuda, cuda:1, ... (default: cuda when there is one)")
     dtype: str = option("engine", "float32", choices=("float32", "bfloat16", "float16"))
@@ -54,6 +76,13 @@ class TranslateOptions:
         minimum=1,
         type=int,
     )
+
+
+@dataclass(frozen=True)
+class DecodeOptions(Options):
+    """How one call decodes, splits lines into sentences and batches them (see docs/translate.md); any call of a loaded
+    translator may take other ones."""
+
     # Decoding; None keeps the model's generation config.
     num_beams: int | None = option("decoding", minimum=1, type=int)
     length_penalty: float | None = option("decoding", type=float)
@@ -93,26 +122,18 @@ class TranslateOptions:
         """The options that go on top of the model's generation config (those given)."""
         return {name: getattr(self, name) for name in GENERATION_OPTIONS if getattr(self, name) is not None}
 
-    def check(self) -> "TranslateOptions":
-        for f in fields(TranslateOptions):
-            choices = f.metadata["argument"].get("choices")
-            if choices and getattr(self, f.name) not in choices:
-                raise InputError(f"--{f.name} must be one of {list(choices)}, got {getattr(self, f.name)!r}.")
-            if f.metadata["minimum"] is not None:
-                check_at_least(f"--{f.name}", getattr(self, f.name), f.metadata["minimum"])
+    def check(self) -> "DecodeOptions":
+        super().check()
+        if (self.max_len_a is not None and self.max_len_a < 0) or (self.max_len_b is not None and self.max_len_b < 0):
+            raise InputError(f"--max_len_a and --max_len_b must be >= 0, got {self.max_len_a} and {self.max_len_b}.")
         return self
-
-    @classmethod
-    def of(cls, values) -> "TranslateOptions":
-        """The options among the attributes of `values` (parsed arguments, a server's settings); the rest default."""
-        return cls(**{f.name: getattr(values, f.name) for f in fields(cls) if hasattr(values, f.name)})
 
 
 def add_arguments(parser: argparse.ArgumentParser, exclude: tuple[str, ...] = (), **defaults) -> None:
     """The options as command-line arguments of `parser`, in their groups; `exclude` leaves some out and `defaults`
     replaces a command's defaults (e.g. `nbest` per request in the service)."""
     groups = {}
-    for f in fields(TranslateOptions):
+    for f in fields(EngineOptions) + fields(DecodeOptions):
         if f.name in exclude:
             continue
         if f.metadata["group"] not in groups:

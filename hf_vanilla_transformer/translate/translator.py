@@ -4,12 +4,14 @@ token-budget batches, results in input order, n-best lists with scores, resumabl
     hf-vanilla-transformer translate --model outputs/demo-de-en input.de --output output.en
     accelerate launch -m hf_vanilla_transformer translate --model ... input.de --output output.en
 
-As a library: `translator = load_translator(model, TranslateOptions(...))`, then `translator.translate(lines)` (a list
-of `LineTranslation`), `translate_lines(lines, translator)` (a generator, one window in memory) or
-`translate_file(inputs, output, translator)`.
+As a library, load once and decode with any options per call (as CTranslate2's `translate_batch`):
+`translator = load_translator(model, EngineOptions(...))`, then `translator.translate(lines, DecodeOptions(...))` (a
+list of `LineTranslation`), `translate_lines(lines, translator, options)` (a generator, one window in memory) or
+`translate_file(inputs, output, translator, options)`.
 """
 
 import dataclasses
+import functools
 import itertools
 import os
 import sys
@@ -19,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
+from transformers import GenerationConfig
 from transformers.utils import logging
 
 from ..errors import InputError
@@ -31,13 +34,12 @@ from .io import (
     check_inputs,
     count_lines,
     format_translation,
-    make_batches,
     read_lines,
     resume_point,
     save_state,
     windows,
 )
-from .options import TranslateOptions
+from .options import DecodeOptions, EngineOptions
 from .sentences import join, segments, split_sentences
 
 
@@ -47,15 +49,16 @@ DEFAULT_BUFFER_SIZE = 10_000
 
 
 class Translator:
-    """The translation engine: a backend with its tokenizer and the `TranslateOptions` it runs with.
+    """The translation engine: a backend loaded once with its tokenizer, which decodes with any `DecodeOptions`.
 
-    `translate(lines)` is the one call of the file translator, the service and the corpus workers: each line is split
-    into sentences (`split_sentences=False`: a line is one sentence) by the rules of `source_lang` (default: the
-    language the model was trained on, as its folder records; see `sentences`), and a sentence longer than
-    `max_source_tokens` into pieces that fit: the length the model was trained on where its folder records it
-    (`data.trained_on`), else the longest the model and tokenizer accept. The pieces are sorted by length and cut into
-    batches of at most `max_tokens` padded source tokens (and `batch_size` sentences). `variant(**changes)` is the
-    same model with other options.
+    `translate(lines, options)` is the one call of the file translator, the service, the corpus workers and the demo:
+    each line is split into sentences (`split_sentences=False`: a line is one sentence) by the rules of `source_lang`
+    (default: the language the model was trained on, as its folder records; see `sentences`), and a sentence longer
+    than `max_source_tokens` into pieces that fit: the length the model was trained on where its folder records it
+    (`data.trained_on`), else the longest the model and tokenizer accept. The backend cuts the pieces into batches of
+    at most `max_tokens` padded source tokens (and `batch_size` sentences) and decodes them with the options' search on
+    top of the model's generation config. `prepare`, `run` and `finish` are its three parts, for a caller that shares
+    the batches among processes (`translate_windows`).
 
     The limit follows fairseq's `--max-len-a/--max-len-b`: at most int(a * source tokens + b) new tokens (EOS included
     if the model ends the translation there), where the source tokens include EOS. fairseq applies it per batch with
@@ -65,151 +68,122 @@ class Translator:
     generate.
     """
 
-    def __init__(self, backend, options: TranslateOptions | None = None, *, model=None, **changes):
-        options = dataclasses.replace(options or TranslateOptions(), **changes).check()
-        max_len_a, max_len_b = options.max_len_a, options.max_len_b
-        if (max_len_a is not None and max_len_a < 0) or (max_len_b is not None and max_len_b < 0):
-            raise InputError(f"--max_len_a and --max_len_b must be >= 0, got {max_len_a} and {max_len_b}.")
-        self.backend, self.options, self.model = backend, options, model
-        self.tokenizer, self.nbest = backend.tokenizer, backend.nbest
-        default_a, default_b = backend.default_length_rule
-        self.max_len_a = (default_a if max_len_b is None else 0.0) if max_len_a is None else max_len_a
-        self.max_len_b = default_b if max_len_b is None else max_len_b
-        self.split_sentences = options.split_sentences
-        self.source_lang = options.source_lang or backend.trained_on.source_lang
-        self.trained_length = backend.trained_on.max_source_length
-        self.max_source_tokens = backend.trained_on.source_limit(backend.input_limit)
+    def __init__(self, backend, engine: EngineOptions | None = None, *, model=None):
+        self.backend, self.engine, self.model = backend, engine or EngineOptions(), model
+        self.tokenizer, self.trained_on = backend.tokenizer, backend.trained_on
+        self.trained_length = self.trained_on.max_source_length
+        self.max_source_tokens = backend.max_source_tokens
+        self._decodings = {}
 
-    @property
-    def trained_on(self):
-        """What the model's folder records from training: its languages and lengths (`data.trained_on`)."""
-        return self.backend.trained_on
-
-    @property
-    def num_beams(self) -> int:
-        """The beam size it decodes with: its options', else its model's generation config."""
-        return self.backend.generation_config.num_beams or 1
-
-    @property
-    def settings(self) -> dict:
-        """What decides the output, as the resume file records it (a resumed run must decode as the first did)."""
-        name = self.model if isinstance(self.model, str) or self.model is None else self.model.name_or_path
-        return output_settings(name, self.options)
-
-    def variant(self, **changes) -> "Translator":
-        """This translator with other options (`TranslateOptions`' names), on the same weights where it can: the
-        PyTorch model (already on its device, in its dtype, quantized if asked) is shared; CTranslate2 fixes its
-        decoding options when it loads, so a CTranslate2 variant with other decoding options loads the model again.
-        Sentence, length and batching options alone share the engine."""
-        options = dataclasses.replace(self.options, **changes).check()
-        engine = ("backend", "device", "dtype", "int8", "compute_type", "trust_remote_code", "compile")
-        if any(getattr(options, name) != getattr(self.options, name) for name in engine):
-            raise InputError(f"A variant keeps its engine ({', '.join(engine)}); load the model again to change them.")
-        if (options.generation, options.nbest) == (self.options.generation, self.options.nbest):
-            return Translator(self.backend, options, model=self.model)
-        if options.backend == "torch":
-            backend = load_torch_backend(
-                self.backend.model,
-                options.generation,
-                options.nbest,
-                str(self.backend.device),
-                options.dtype,
-                tokenizer=self.tokenizer,
-                compile="always" if self.backend.static_cache else "never",
+    def decoding(self, options: DecodeOptions | None = None) -> "Decoding":
+        """`options` resolved against the model: its generation config with theirs on top, the length rule, the
+        source language; checked before any input is read."""
+        options = options or DecodeOptions()
+        if options not in self._decodings:
+            options.check()
+            default_a, default_b = self.backend.default_length_rule
+            a, b = options.max_len_a, options.max_len_b
+            self._decodings[options] = Decoding(
+                options,
+                self.backend.generation_config(options.generation, options.nbest),
+                (default_a if b is None else 0.0) if a is None else a,
+                default_b if b is None else b,
+                options.source_lang or self.trained_on.source_lang,
             )
-            return Translator(backend, options, model=self.model)
-        return load_translator(self.model, options)
+        return self._decodings[options]
+
+    def settings(self, options: DecodeOptions | None = None) -> dict:
+        """What decides the output, as resume files record it (a resumed run must decode as the first did)."""
+        name = self.model if isinstance(self.model, str) or self.model is None else self.model.name_or_path
+        return output_settings(name, self.engine, options or DecodeOptions())
 
     def translate(
         self,
         lines: list[str],
+        options: DecodeOptions | None = None,
         *,
         scores: bool = True,
         first_line: int = 0,
-        group: tuple[int, int] = (0, 1),
         on_batch: Callable[["Batch"], None] | None = None,
     ) -> list[LineTranslation]:
         """The `LineTranslation` of each line, in order (none for a blank line): its n best with their scores.
 
         `scores=False` skips the token scores. Sampling seeds each batch from the `seed` option, `first_line` (where
-        `lines` start in the input) and the batch's number. `group=(rank, size)`: under several processes that all
-        call it with the same lines, process r translates batches r, r + size, ... and the first process gathers and
-        returns the translations (the others return an empty list). `on_batch` is called after each batch.
+        `lines` start in the input) and the batch's number. `on_batch` is called after each batch.
         """
-        rank, world = group
-        encoded = self.encode(lines)
+        work = self.prepare(lines, options)
+        return self.finish(work, self.run(work, scores=scores, first_line=first_line, on_batch=on_batch))
+
+    def prepare(self, lines: list[str], options: DecodeOptions | None = None) -> "Work":
+        """The lines' pieces and the backend's batches of them, for `options`."""
+        decoding = self.decoding(options)
+        encoded = self.encode(lines, decoding.options)
         pieces = [(i, ids) for i, line in enumerate(encoded) for ids in line.ids]
-        static = getattr(self.backend, "static_cache", False)
-        lengths = [self.static_length(len(ids)) if static else len(ids) for _, ids in pieces]
-        batches = make_batches(lengths, self.options.max_tokens, self.options.batch_size)
-        results = {}
-        for number, batch in enumerate(batches):
-            if number % world != rank:
-                continue
-            sources = [pieces[j][1] for j in batch]
+        batches = self.backend.batches(
+            [len(ids) for _, ids in pieces], decoding.options.max_tokens, decoding.options.batch_size
+        )
+        return Work(lines, decoding, encoded, pieces, batches)
+
+    def run(
+        self,
+        work: "Work",
+        numbers: Iterable[int] | None = None,
+        *,
+        scores: bool = True,
+        first_line: int = 0,
+        on_batch: Callable[["Batch"], None] | None = None,
+    ) -> dict[int, list[Hypothesis]]:
+        """The hypotheses of the pieces of the batches numbered `numbers` (default: all), by piece."""
+        decoding, results = work.decoding, {}
+        for number in range(len(work.batches)) if numbers is None else numbers:
+            batch = work.batches[number]
+            sources = [work.pieces[j][1] for j in batch]
             start = time.perf_counter()
             hypotheses = self.backend.generate(
                 sources,
-                [self.limit(len(s)) for s in sources],
+                functools.partial(self.limit, decoding=decoding),
+                decoding,
                 scores=scores,
-                seed=self.options.seed + 1_000_003 * first_line + number,
-                **({"shape": self.static_shape(sources)} if static else {}),
+                seed=decoding.options.seed + 1_000_003 * first_line + number,
             )
             results.update(zip(batch, hypotheses))
             if on_batch is not None:
                 on_batch(
                     Batch(
-                        lines=sum(1 / len(encoded[pieces[j][0]].ids) for j in batch),
+                        lines=sum(1 / len(work.encoded[work.pieces[j][0]].ids) for j in batch),
                         sentences=len(batch),
                         tokens=len(batch) * max(map(len, sources)),
                         generated=sum(len(hs[0].token_ids) for hs in hypotheses if hs),
                         seconds=time.perf_counter() - start,
                     )
                 )
-        if world > 1:
-            gathered = [None] * world if rank == 0 else None
-            torch.distributed.gather_object(results, gathered, dst=0)
-            if rank != 0:
-                return []
-            results = {k: v for part in gathered for k, v in part.items()}
-        by_line = [[] for _ in lines]
-        for j, (i, _) in enumerate(pieces):
+        return results
+
+    def finish(self, work: "Work", results: dict[int, list[Hypothesis]]) -> list[LineTranslation]:
+        """Each line's translations from its pieces' hypotheses."""
+        by_line = [[] for _ in work.lines]
+        for j, (i, _) in enumerate(work.pieces):
             by_line[i].append(results[j])
-        return self.decode(lines, encoded, by_line)
+        return self.decode(work.lines, work.encoded, by_line, work.decoding)
 
-    def static_length(self, source_length: int) -> int:
-        """The source length a static cache pads a sentence to: the next power of two from 16, within the longest
-        sentence this translator passes on."""
-        length = max(16, 1 << (source_length - 1).bit_length())
-        return min(length, self.max_source_tokens or length)
-
-    def static_shape(self, sources: list[list[int]]) -> tuple[int, int, int]:
-        """The (rows, source length, target positions) a static cache decodes a batch in: its longest sentence's
-        `static_length`, as many rows as `max_tokens` and `batch_size` allow at that length (batches are cut at it),
-        and that length's limit, which bounds every sentence's (the limit grows with the length). One shape per
-        source length, a handful per process, so that the step is compiled that many times."""
-        length = self.static_length(max(map(len, sources)))
-        rows = max(1, self.options.max_tokens // length, len(sources))
-        rows = min(rows, self.options.batch_size or rows)
-        return rows, length, self.limit(length)
-
-    def limit(self, source_length: int) -> int:
-        limit = max_new_tokens_for(source_length, self.backend.max_position_embeddings, self.max_len_a, self.max_len_b)
+    def limit(self, source_length: int, decoding: "Decoding") -> int:
+        """The new-token limit of a source of `source_length` tokens under `decoding`'s length rule."""
+        limit = max_new_tokens_for(
+            source_length, self.backend.max_position_embeddings, decoding.max_len_a, decoding.max_len_b
+        )
         if limit < 1:
             raise InputError(
-                f"--max_len_a {self.max_len_a} --max_len_b {self.max_len_b} allow no token for a source of "
+                f"--max_len_a {decoding.max_len_a} --max_len_b {decoding.max_len_b} allow no token for a source of "
                 f"{source_length} tokens: the limit must be at least 1."
             )
         return limit
 
-    def encode(self, lines: list[str]) -> list["LinePieces"]:
+    def encode(self, lines: list[str], options: DecodeOptions | None = None) -> list["LinePieces"]:
         """Each line's pieces to translate (none for a blank line; see `sentences.segments`)."""
-        limit, known = self.max_source_tokens, {}
-        sentences = {
-            s
-            for line in lines
-            for s in (split_sentences(line, self.source_lang) if self.split_sentences else [line.strip()])
-        }
+        decoding = self.decoding(options)
+        limit, known, source_lang = self.max_source_tokens, {}, decoding.source_lang
+        split = decoding.options.split_sentences
+        sentences = {s for line in lines for s in (split_sentences(line, source_lang) if split else [line.strip()])}
         sentences = sorted(s for s in sentences if s)
         known.update(zip(sentences, self.tokenizer(sentences)["input_ids"] if sentences else []))
 
@@ -223,13 +197,17 @@ class Translator:
 
         encoded = []
         for line in lines:
-            pieces, too_long = segments(line, fits, self.source_lang, self.split_sentences)
+            pieces, too_long = segments(line, fits, source_lang, split)
             texts = [piece for _, piece in pieces]
             encoded.append(LinePieces([separator for separator, _ in pieces], texts, list(map(ids, texts)), too_long))
         return encoded
 
     def decode(
-        self, lines: list[str], encoded: list["LinePieces"], parts: list[list[list[Hypothesis]]]
+        self,
+        lines: list[str],
+        encoded: list["LinePieces"],
+        parts: list[list[list[Hypothesis]]],
+        decoding: "Decoding",
     ) -> list[LineTranslation]:
         """Each line with the texts of its n best; the k-th hypothesis of a line of several pieces joins its pieces'
         k-th hypotheses with the whitespace between the pieces (`sentences.join`)."""
@@ -239,6 +217,7 @@ class Translator:
                 [h.token_ids for h in flat], skip_special_tokens=True, clean_up_tokenization_spaces=False
             )
         )  # the pipeline's decoding, for the same text
+        length_penalty = decoding.length_penalty
         translations = []
         for line, pieces, line_parts in zip(lines, encoded, parts):
             decoded = [[next(texts) for _ in hypotheses] for hypotheses in line_parts]
@@ -251,7 +230,7 @@ class Translator:
                         join(pieces.separators, [part[k] for part in decoded]),
                         self.tokenizer.convert_ids_to_tokens(ids),
                         token_scores,
-                        sequence_score(token_scores, self.backend.length_penalty) if token_scores else None,
+                        sequence_score(token_scores, length_penalty) if token_scores else None,
                         any(h.reached_limit for h in joined),
                     )
                 )
@@ -259,19 +238,42 @@ class Translator:
         return translations
 
 
-def output_settings(model: str | None, options: TranslateOptions) -> dict:
+def output_settings(model: str | None, engine: EngineOptions, decoding: DecodeOptions) -> dict:
     """The model and the options that decide a translation (not where or how fast it runs), as resume records keep
     them."""
-    o = options
+    e, d = engine, decoding
     settings = dict(
-        model=model, backend=o.backend, generation=o.generation, nbest=o.nbest, max_len_a=o.max_len_a,
-        max_len_b=o.max_len_b,
+        model=model, backend=e.backend, generation=d.generation, nbest=d.nbest, max_len_a=d.max_len_a,
+        max_len_b=d.max_len_b,
     )  # fmt: skip
-    settings.update(dtype=o.dtype, int8=o.int8) if o.backend == "torch" else settings.update(
-        compute_type=o.compute_type
+    settings.update(dtype=e.dtype, int8=e.int8) if e.backend == "torch" else settings.update(
+        compute_type=e.compute_type
     )
-    settings.update(split_sentences=o.split_sentences, source_lang=o.source_lang)
+    settings.update(split_sentences=d.split_sentences, source_lang=d.source_lang)
     return settings
+
+
+@dataclass(frozen=True)
+class Decoding:
+    """`DecodeOptions` resolved against a translator's model (`Translator.decoding`)."""
+
+    options: DecodeOptions
+    generation_config: GenerationConfig  # the model's, with the options' search on top
+    max_len_a: float
+    max_len_b: int
+    source_lang: str | None
+
+    @property
+    def nbest(self) -> int:
+        return self.options.nbest
+
+    @property
+    def num_beams(self) -> int:
+        return self.generation_config.num_beams or 1
+
+    @property
+    def length_penalty(self) -> float:
+        return 1.0 if self.generation_config.length_penalty is None else self.generation_config.length_penalty
 
 
 @dataclass
@@ -282,6 +284,17 @@ class LinePieces:
     texts: list[str]
     ids: list[list[int]]
     split_sentences: int  # sentences longer than the translator's max_source_tokens, cut into several pieces
+
+
+@dataclass
+class Work:
+    """Lines ready to decode (`Translator.prepare`): their pieces and the batches of those, by piece number."""
+
+    lines: list[str]
+    decoding: Decoding
+    encoded: list[LinePieces]
+    pieces: list[tuple[int, list[int]]]  # (line, source ids)
+    batches: list[list[int]]
 
 
 @dataclass
@@ -296,44 +309,37 @@ class Batch:
 
 
 def load_translator(
-    model, options: TranslateOptions | None = None, *, tokenizer=None, lines: int | None = None, **changes
+    model, engine: EngineOptions | None = None, *, tokenizer=None, lines: int | None = None, **changes
 ) -> Translator:
-    """Load `model` for translation: a folder or a Hub id, or (PyTorch) a model object with its `tokenizer`.
+    """Load `model` for translation, once: a folder or a Hub id, or (PyTorch) a model object with its `tokenizer`.
 
-    `options` (`TranslateOptions`; `changes` replace some of them by name) are the commands' options of the same
-    names: the decoding ones go on top of the model's generation config (None keeps it). `threads`, when given, sets
-    torch's threads (CTranslate2 takes as many). `lines`: how many lines the translator is loaded for, where known
-    (None: unknown, as for a service), for `--compile auto` (`backends.uses_static_cache`).
+    `engine` (`EngineOptions`; `changes` replace some of them by name) are the commands' engine options. `threads`,
+    when given, sets torch's threads (CTranslate2 takes as many). `lines`: how many lines the translator is loaded for,
+    where known (None: unknown, as for a service), for `--compile auto` (`backends.uses_static_cache`).
     """
-    options = dataclasses.replace(options or TranslateOptions(), **changes).check()
-    if options.threads:
-        torch.set_num_threads(options.threads)
-    device = options.device
+    decoding = sorted(set(changes) & {f.name for f in dataclasses.fields(DecodeOptions)})
+    if decoding:
+        raise TypeError(
+            f"load_translator takes the engine's options; {', '.join(decoding)} decode: pass them to each call, "
+            f"translator.translate(lines, DecodeOptions({decoding[0]}=...))."
+        )
+    engine = dataclasses.replace(engine or EngineOptions(), **changes).check()
+    if engine.threads:
+        torch.set_num_threads(engine.threads)
+    device = engine.device
     if device is None and process_group()[1] > 1:
         device = str(_accelerate_state().device)  # this process's GPU under accelerate/torchrun, or the CPU
-    generation, nbest = options.generation, options.nbest
-    if options.backend == "torch":
+    if engine.backend == "torch":
         backend = load_torch_backend(
-            model,
-            generation,
-            nbest,
-            device,
-            options.dtype,
-            options.int8,
-            options.trust_remote_code,
-            tokenizer,
-            options.compile,
-            lines,
+            model, device, engine.dtype, engine.int8, engine.trust_remote_code, tokenizer, engine.compile, lines
         )
     else:
-        if options.int8 or options.dtype != "float32" or options.compile == "always":
+        if engine.int8 or engine.dtype != "float32" or engine.compile == "always":
             raise InputError(
                 "--int8, --dtype and --compile are PyTorch options; CTranslate2 takes --compute_type (e.g. int8)."
             )
-        backend = load_ctranslate2_backend(
-            model, generation, nbest, device, options.compute_type, options.trust_remote_code
-        )
-    return Translator(backend, options, model=model)
+        backend = load_ctranslate2_backend(model, device, engine.compute_type, engine.trust_remote_code)
+    return Translator(backend, engine, model=model)
 
 
 # ------------------------------------------------------------------------------------------------- translating
@@ -384,35 +390,38 @@ def _accelerate_state():
 def translate_windows(
     lines: Iterable[str],
     translator: Translator,
+    options: DecodeOptions | None = None,
     *,
-    max_tokens: int | None = None,
-    batch_size: int | None = None,
     buffer_size: int = DEFAULT_BUFFER_SIZE,
     scores: bool = True,
     first_line: int = 0,
     progress: Progress | None = None,
 ) -> Iterator[list[LineTranslation]]:
-    """The translations (`Translator.translate`) of each window of `buffer_size` lines, in input order; memory holds
-    one window. `max_tokens` and `batch_size` replace the translator's; `first_line` is where `lines` start.
-    Under several processes (`accelerate launch`, `torchrun`) every process reads all lines and cuts the same batches,
-    translates its share, and the first process yields each window (the others yield empty lists).
+    """The translations (`Translator.translate` with `options`) of each window of `buffer_size` lines, in input
+    order; memory holds one window. `first_line` is where `lines` start. Under several processes (`accelerate launch`,
+    `torchrun`) every process reads all lines and cuts the same batches, process r translates batches r, r + size, ...,
+    and the first process gathers them and yields each window (the others yield empty lists).
     """
-    batching = {k: v for k, v in dict(max_tokens=max_tokens, batch_size=batch_size).items() if v is not None}
-    translator = translator.variant(**batching) if batching else translator
-    group = process_group()
+    rank, world = process_group()
     progress = progress or Progress()
     for index, window in enumerate(windows(lines, buffer_size)):
         window_start, generated = progress.stats.lines, progress.stats.generated_tokens
-        translations = translator.translate(
-            window,
+        work = translator.prepare(window, options)
+        results = translator.run(
+            work,
+            range(rank, len(work.batches), world),
             scores=scores,
             first_line=first_line + index * buffer_size,
-            group=group,
             on_batch=lambda batch: progress.advance(batch.lines, batch.generated),
         )
-        if group[0] != 0:
-            yield []
-            continue
+        if world > 1:
+            gathered = [None] * world if rank == 0 else None
+            torch.distributed.gather_object(results, gathered, dst=0)
+            if rank != 0:
+                yield []
+                continue
+            results = {k: v for part in gathered for k, v in part.items()}
+        translations = translator.finish(work, results)
         progress.stats.generated_tokens = generated + sum(
             len(t.hypotheses[0].tokens) for t in translations if t.hypotheses
         )
@@ -423,9 +432,11 @@ def translate_windows(
         yield translations
 
 
-def translate_lines(lines: Iterable[str], translator: Translator, **kwargs) -> Iterator[LineTranslation]:
+def translate_lines(
+    lines: Iterable[str], translator: Translator, options: DecodeOptions | None = None, **kwargs
+) -> Iterator[LineTranslation]:
     """One `LineTranslation` per input line, in order; keyword arguments as for `translate_windows`."""
-    for window in translate_windows(lines, translator, **kwargs):
+    for window in translate_windows(lines, translator, options, **kwargs):
         yield from window
 
 
@@ -433,6 +444,7 @@ def translate_file(
     inputs: list[str],
     output: str | None,
     translator: Translator,
+    options: DecodeOptions | None = None,
     *,
     output_format: str = "text",
     resume: bool = False,
@@ -449,8 +461,9 @@ def translate_file(
     inputs = list(inputs or ["-"])
     if output_format not in FORMATS:
         raise InputError(f"--format must be one of {FORMATS}, got {output_format!r}.")
-    if output_format == "text" and translator.nbest > 1:
-        raise InputError(f"--nbest {translator.nbest} needs --format jsonl or fairseq: text has one line per input.")
+    options = translator.decoding(options).options  # checked before anything is read or written
+    if output_format == "text" and options.nbest > 1:
+        raise InputError(f"--nbest {options.nbest} needs --format jsonl or fairseq: text has one line per input.")
     to_file = output not in (None, "-")
     if resume and not to_file:
         raise InputError("--resume needs --output FILE: standard output cannot be continued.")
@@ -458,7 +471,7 @@ def translate_file(
     if to_file and any(path != "-" and Path(path).resolve() == Path(output).resolve() for path in inputs):
         raise InputError(f"--output {output} is also an input: writing would destroy it.")
     state_path = Path(f"{output}.progress") if to_file else None
-    done, size = resume_point(Path(output), state_path, translator.settings, resume) if to_file else (0, 0)
+    done, size = resume_point(Path(output), state_path, translator.settings(options), resume) if to_file else (0, 0)
     rank, world = process_group()
     if world > 1:
         torch.distributed.barrier()  # every process has checked before the first one writes
@@ -471,13 +484,13 @@ def translate_file(
             writer = open(output, "r+b" if done or size else "wb")
             writer.truncate(size)
             writer.seek(size)
-            save_state(state_path, done, size, translator.settings)
+            save_state(state_path, done, size, translator.settings(options))
         else:
             writer = sys.stdout.buffer
     lines = itertools.islice(read_lines(inputs), done, None)
     try:
         for window in translate_windows(
-            lines, translator, scores=output_format != "text", first_line=done, progress=progress, **kwargs
+            lines, translator, options, scores=output_format != "text", first_line=done, progress=progress, **kwargs
         ):
             if rank != 0:
                 continue
@@ -487,7 +500,7 @@ def translate_file(
             done += len(window)
             if to_file:
                 os.fsync(writer.fileno())
-                save_state(state_path, done, writer.tell(), translator.settings)
+                save_state(state_path, done, writer.tell(), translator.settings(options))
     except InputError as error:
         if to_file and rank == 0:
             message = f"{error} The {done} lines before it are in {output}; fix the input and add --resume."

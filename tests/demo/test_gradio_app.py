@@ -22,6 +22,7 @@ from hf_vanilla_transformer import cli  # noqa: E402
 from hf_vanilla_transformer.data.corpus import BUNDLED_CORPUS  # noqa: E402
 from hf_vanilla_transformer.demo.attention import attention_maps  # noqa: E402
 from hf_vanilla_transformer.demo.gradio_app import MAX_CHARACTERS, build_demo, heatmap_image, write_space  # noqa: E402
+from hf_vanilla_transformer.translate.options import DecodeOptions  # noqa: E402
 from hf_vanilla_transformer.translate.translator import load_translator, translate_lines  # noqa: E402
 from tests.helpers import (  # noqa: E402
     DEMO_SENTENCES,
@@ -90,16 +91,16 @@ def test_bad_input_gets_a_message_not_an_error(client, text, expected):
 
 def test_a_text_of_several_lines_and_sentences_is_translated_sentence_by_sentence(client, model_dir, reference):
     lines = [" ".join(DEMO_SENTENCES[:3]), "", f"{DEMO_SENTENCES[3]}  {DEMO_SENTENCES[0]}"]
-    translator = load_translator(str(model_dir), device="cpu", num_beams=2)
-    alone = [t.hypotheses[0].text for t in translate_lines(DEMO_SENTENCES, translator)]
+    translator = load_translator(str(model_dir), device="cpu")
+    alone = [t.hypotheses[0].text for t in translate_lines(DEMO_SENTENCES, translator, DecodeOptions(num_beams=2))]
     target, n_best_text, heatmap, message = translate(client, "\n".join(lines), 2)
     assert target == f"{alone[0]} {alone[1]} {alone[2]}\n\n{alone[3]}  {alone[0]}" and message == ""
     assert n_best_text == f"1. {alone[0]} {alone[1]} {alone[2]} {alone[3]}  {alone[0]}"
     assert Image.open(heatmap).size[0] > 100
     # Forty sentences in one line: forty translations (the model alone takes at most 128 tokens).
     target, *_, message = translate(client, " ".join([DEMO_SENTENCES[0]] * 40))
-    greedy = load_translator(str(model_dir), device="cpu", num_beams=1)
-    assert target == " ".join([next(translate_lines(DEMO_SENTENCES[:1], greedy)).hypotheses[0].text] * 40)
+    greedy = DecodeOptions(num_beams=1)
+    assert target == " ".join([next(translate_lines(DEMO_SENTENCES[:1], translator, greedy)).hypotheses[0].text] * 40)
     (whole, _, _, message) = translate(client, " ".join(DEMO_SENTENCES[:2]), split_sentences=False)
     assert whole == attention_maps(*reference, " ".join(DEMO_SENTENCES[:2]), num_beams=1).translation
 

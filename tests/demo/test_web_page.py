@@ -9,6 +9,7 @@ import pytest
 
 from hf_vanilla_transformer import cli
 from hf_vanilla_transformer.demo.attention import attention_maps
+from hf_vanilla_transformer.translate.options import DecodeOptions
 from hf_vanilla_transformer.translate.translator import load_translator, translate_lines
 from tests.helpers import (
     DEMO_SENTENCES,
@@ -110,7 +111,7 @@ def test_static_page_translates_like_pytorch_greedy_from_local_files_only(browse
     model, tokenizer = reference
     settings = json.loads((folder / "demo.json").read_text())
     assert settings["max_new_tokens"] == [24] * (128 + 1)  # the model's own limit; it accepts 128 tokens
-    greedy = load_translator(str(model_dir), device="cpu", num_beams=1)
+    translator, greedy = load_translator(str(model_dir), device="cpu"), DecodeOptions(num_beams=1)
     assert settings["max_source_tokens"] == greedy.max_source_tokens == 128
     wait = WebDriverWait(browser, 180)
     requested_urls(browser)  # clears the log
@@ -134,7 +135,7 @@ def test_static_page_translates_like_pytorch_greedy_from_local_files_only(browse
     for text in [*STATIC_PAGE_SENTENCES, paragraph]:
         # As the translate command does it (sentence by sentence, line by line), greedily.
         expected = "\n".join(
-            t.hypotheses[0].text if t.hypotheses else "" for t in translate_lines(text.split("\n"), greedy)
+            t.hypotheses[0].text if t.hypotheses else "" for t in translate_lines(text.split("\n"), translator, greedy)
         )
         type_into(source, text)
         browser.execute_script("arguments[0].dataset.state = ''", target)

@@ -5,6 +5,7 @@ import pytest
 import torch
 
 from hf_vanilla_transformer.translate.backends import COMPILE_MIN_LINES
+from hf_vanilla_transformer.translate.options import DecodeOptions
 from hf_vanilla_transformer.translate.translator import load_translator
 from tests.helpers import CUDA_TESTS, DEMO_SENTENCES, tiny_translator_dir
 
@@ -24,11 +25,12 @@ def test_auto_takes_the_static_cache_on_cuda_for_a_long_input_only():
 @pytest.mark.slow
 def test_the_compiled_static_cache_translates_as_the_dynamic_cache_on_cuda():
     folder = str(tiny_translator_dir())
-    options = dict(device="cuda", num_beams=2, split_sentences=False, max_tokens=256)
-    expected = [t.hypotheses[0].tokens for t in load_translator(folder, compile="never", **options).translate(LINES)]
-    translator = load_translator(folder, compile="always", **options)
+    options = DecodeOptions(num_beams=2, split_sentences=False, max_tokens=256)
+    dynamic = load_translator(folder, device="cuda", compile="never")
+    expected = [t.hypotheses[0].tokens for t in dynamic.translate(LINES, options)]
+    translator = load_translator(folder, device="cuda", compile="always")
     graphs = torch._dynamo.utils.counters["stats"]["unique_graphs"]
     for _ in range(2):  # the second pass replays what the first compiled and recorded
-        assert [t.hypotheses[0].tokens for t in translator.translate(LINES)] == expected
-    shapes = {(rows, length) for rows, length, _ in translator.backend.static_caches}
+        assert [t.hypotheses[0].tokens for t in translator.translate(LINES, options)] == expected
+    shapes = {key[:2] for key in translator.backend.static_caches}  # (rows, source length)
     assert 0 < torch._dynamo.utils.counters["stats"]["unique_graphs"] - graphs <= len(shapes)

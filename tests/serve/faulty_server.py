@@ -22,7 +22,7 @@ def plant_faults(translator, gate: Path) -> None:
     tokenizer, generate = translator.tokenizer, translator.backend.generate
     poison, block = (tokenizer(text)["input_ids"] for text in (POISON, BLOCK))
 
-    def faulty(sources, limits, **kwargs):
+    def faulty(sources, *args, **kwargs):
         if poison in sources:
             raise RuntimeError("a planted fault")
         if block in sources:
@@ -30,7 +30,7 @@ def plant_faults(translator, gate: Path) -> None:
             deadline = time.monotonic() + 300
             while not (gate / "release").exists() and time.monotonic() < deadline:
                 time.sleep(0.01)
-        return generate(sources, limits, **kwargs)
+        return generate(sources, *args, **kwargs)
 
     translator.backend.generate = faulty
 

@@ -11,6 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import pytest
 
+from hf_vanilla_transformer.translate.options import DecodeOptions
 from hf_vanilla_transformer.translate.translator import load_translator, translate_lines
 from tests.helpers import SENTENCES, run_command, running_server, serving_model_dir
 
@@ -119,7 +120,8 @@ def test_json_form_and_multipart_bodies_give_the_same_answers(server, expected):
 def test_alternatives_auto_lines_html_and_text_with_nothing_to_translate(server, expected, model_dir):
     first, second = GERMAN[0], GERMAN[1]
     answer = post(server, "/translate", json={"q": first, "source": "auto", "target": "en", "alternatives": 2}).json()
-    (alone,) = translate_lines([first], load_translator(str(model_dir), nbest=3))  # the request's batch: it alone
+    translator = load_translator(str(model_dir))
+    (alone,) = translate_lines([first], translator, DecodeOptions(nbest=3))  # the request's batch: it alone
     best, *others = [h.text for h in alone.hypotheses]
     assert answer["translatedText"] == best
     assert answer["detectedLanguage"]["language"] == "de"
@@ -141,8 +143,8 @@ def test_alternatives_auto_lines_html_and_text_with_nothing_to_translate(server,
 def test_the_native_route_returns_translates_records_with_scores(server, model_dir):
     answer = post(server, "/v1/translate", json={"texts": [GERMAN[0], "", GERMAN[2]], "nbest": 2})
     assert answer.status_code == 200, answer.text
-    translator = load_translator(str(model_dir), nbest=2)
-    reference = list(translate_lines([GERMAN[0], "", GERMAN[2]], translator))
+    translator = load_translator(str(model_dir))
+    reference = list(translate_lines([GERMAN[0], "", GERMAN[2]], translator, DecodeOptions(nbest=2)))
     records = answer.json()["translations"]
     assert [r["source"] for r in records] == [GERMAN[0], "", GERMAN[2]]
     for record, translation in zip(records, reference):
@@ -150,7 +152,7 @@ def test_the_native_route_returns_translates_records_with_scores(server, model_d
         assert [h["tokens"] for h in record["hypotheses"]] == [h.tokens for h in translation.hypotheses]
         assert all(h["score"] is not None and len(h["token_scores"]) == len(h["tokens"]) for h in record["hypotheses"])
     greedy = post(server, "/v1/translate", json={"texts": [GERMAN[3]], "num_beams": 1, "split_sentences": False})
-    alone = next(translate_lines([GERMAN[3]], load_translator(str(model_dir), num_beams=1)))
+    alone = next(translate_lines([GERMAN[3]], translator, DecodeOptions(num_beams=1, split_sentences=False)))
     assert greedy.json()["translations"][0]["hypotheses"][0]["text"] == alone.hypotheses[0].text
 
 

@@ -6,9 +6,10 @@ were."""
 import threading
 
 from hf_vanilla_transformer.errors import InputError
-from hf_vanilla_transformer.serve.runner import Job, Options, Runner, TranslationFailed
+from hf_vanilla_transformer.serve.runner import Job, Runner, TranslationFailed
 from hf_vanilla_transformer.serve.texts import layout
 from hf_vanilla_transformer.translate.io import LineTranslation, TextHypothesis
+from hf_vanilla_transformer.translate.options import DecodeOptions
 from hf_vanilla_transformer.translate.translator import Batch
 
 
@@ -18,7 +19,10 @@ class Translator:
     def __init__(self):
         self.calls = []
 
-    def translate(self, lines, *, scores=True, on_batch=None, **_):
+    def decoding(self, options):
+        return options
+
+    def translate(self, lines, options=None, *, scores=True, on_batch=None, **_):
         self.calls.append(list(lines))
         if any("?" in line for line in lines):
             raise InputError("cannot split '?'")
@@ -32,9 +36,9 @@ def run(requests: list[list[str]], abandon=()):
     """Submit every request before the runner starts (so they wait together); their results, the engine, the
     batches observed."""
     translator, results, done, observed = Translator(), {}, threading.Semaphore(0), []
-    runner = Runner(lambda options: translator, 3000, None, max_wait=0, observe=lambda **kw: observed.append(kw))
+    runner = Runner(translator, 3000, None, max_wait=0, observe=lambda **kw: observed.append(kw))
     for k, lines in enumerate(requests):
-        job = Job(lines, Options(), lambda result, k=k: (results.__setitem__(k, result), done.release()))
+        job = Job(lines, DecodeOptions(), lambda result, k=k: (results.__setitem__(k, result), done.release()))
         job.abandoned = k in abandon
         runner.submit(job)
     runner.start()

@@ -11,7 +11,7 @@ import pytest
 
 from hf_vanilla_transformer import cli
 from hf_vanilla_transformer.cuda import CUDA_DEFAULTS
-from hf_vanilla_transformer.translate.options import TranslateOptions
+from hf_vanilla_transformer.translate.options import DecodeOptions, EngineOptions
 from hf_vanilla_transformer.translate.translator import load_translator, translate_lines
 from tests.helpers import SENTENCES, serving_model_dir
 
@@ -64,9 +64,10 @@ def outputs(folder: Path) -> list[dict]:
     return rows
 
 
-def expected(options: TranslateOptions) -> dict[str, str]:
-    translator = load_translator(str(serving_model_dir()), options)
-    return {t.source: t.hypotheses[0].text if t.hypotheses else "" for t in translate_lines(LINES, translator)}
+def expected(engine: EngineOptions, decoding: DecodeOptions | None = None) -> dict[str, str]:
+    translator = load_translator(str(serving_model_dir()), engine)
+    translations = translate_lines(LINES, translator, decoding)
+    return {t.source: t.hypotheses[0].text if t.hypotheses else "" for t in translations}
 
 
 def check(rows: list[dict], reference: dict[str, str]) -> None:
@@ -84,7 +85,7 @@ def check(rows: list[dict], reference: dict[str, str]) -> None:
 
 @pytest.mark.slow
 def test_output_is_translates_and_a_rerun_completes_only_what_is_missing(local_ray, corpus, tmp_path, capsys):
-    options = TranslateOptions(device="cpu", threads=1)
+    options = EngineOptions(device="cpu", threads=1)
     reference = expected(options)
     capsys.readouterr()
     output = tmp_path / "out"
@@ -98,8 +99,9 @@ def test_output_is_translates_and_a_rerun_completes_only_what_is_missing(local_r
     shards[0].unlink()
     shards[1].rename(output / f".{shards[1].stem}.tmp")
     summary = translate_corpus(
-        input_files(str(corpus)), str(output), str(serving_model_dir()), options, num_workers=1, shard_rows=4
-    )
+        input_files(str(corpus)), str(output), str(serving_model_dir()), options, DecodeOptions(), num_workers=1,
+        shard_rows=4,
+    )  # fmt: skip
     assert (summary.shards, summary.skipped, summary.retries) == (2, len(kept), 1)
     assert all(path.stat().st_mtime_ns == mtime for path, mtime in kept.items())
     check(outputs(output), reference)
@@ -128,9 +130,10 @@ class DyingOnce(TranslateShards):
 def test_a_worker_that_dies_has_its_shard_retried_and_every_row_is_written_once(local_ray, corpus, tmp_path):
     flag = Path(os.environ["HF_VANILLA_TRANSFORMER_CACHE"]) / "die"
     flag.write_text("")
-    options = TranslateOptions(device="cpu", threads=1)
+    options = EngineOptions(device="cpu", threads=1)
     summary = translate_corpus(
-        input_files(str(corpus)), str(tmp_path), str(serving_model_dir()), options, num_workers=1, shard_rows=5,
+        input_files(str(corpus)), str(tmp_path), str(serving_model_dir()), options, DecodeOptions(), num_workers=1,
+        shard_rows=5,
         output_format="jsonl", worker=DyingOnce,
     )  # fmt: skip
     assert not flag.exists() and summary.retries == 1 and summary.rows == 3 * len(LINES)
@@ -140,19 +143,20 @@ def test_a_worker_that_dies_has_its_shard_retried_and_every_row_is_written_once(
 @pytest.mark.slow
 def test_ctranslate2_output_is_translates_and_a_dataset_gets_its_columns(local_ray, corpus, tmp_path):
     pytest.importorskip("ctranslate2")
-    options = TranslateOptions(backend="ctranslate2", device="cpu", threads=1, nbest=2)
-    reference = expected(options)
+    engine, decoding = EngineOptions(backend="ctranslate2", device="cpu", threads=1), DecodeOptions(nbest=2)
+    reference = expected(engine, decoding)
     summary = translate_corpus(
-        input_files(str(corpus)), str(tmp_path), str(serving_model_dir()), options, num_workers=2, shard_rows=6
-    )
+        input_files(str(corpus)), str(tmp_path), str(serving_model_dir()), engine, decoding, num_workers=2,
+        shard_rows=6,
+    )  # fmt: skip
     assert summary.rows == 3 * len(LINES)
     rows = outputs(tmp_path)
     check(rows, reference)
     assert all(len(row["nbest"]) == (0 if row["text"] == "" else 2) for row in rows)
     dataset = ray.data.from_items([{"id": i, "text": line} for i, line in enumerate(LINES)])
-    translated = translate_dataset(dataset, str(serving_model_dir()), TranslateOptions(device="cpu", threads=1))
+    translated = translate_dataset(dataset, str(serving_model_dir()), EngineOptions(device="cpu", threads=1))
     rows = sorted(translated.take_all(), key=lambda row: row["id"])
-    assert [row["translation"] for row in rows] == [expected(TranslateOptions(device="cpu"))[line] for line in LINES]
+    assert [row["translation"] for row in rows] == [expected(EngineOptions(device="cpu"))[line] for line in LINES]
 
 
 @pytest.mark.slow
@@ -165,7 +169,7 @@ def test_gpu_workers_get_this_processs_cuda_settings_which_a_clusters_nodes_do_n
     monkeypatch.setenv("TORCH_CUDNN_SDPA_DEPRIORITIZED", "0")
     with monkeypatch.context() as cluster:
         cluster.setattr(ray, "cluster_resources", lambda: {"CPU": 8.0, "GPU": 2.0})
-        options, resources = worker_resources(TranslateOptions(), num_workers=2)
+        options, resources = worker_resources(EngineOptions(), num_workers=2)
     settings = {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True", "TORCH_CUDNN_SDPA_DEPRIORITIZED": "0"}
     assert options.threads == 1 and resources == dict(num_gpus=1, num_cpus=1, runtime_env={"env_vars": settings})
     worker = ray.remote(lambda: {name: os.environ.get(name) for name in settings})

@@ -19,6 +19,7 @@ from hf_vanilla_transformer import (
 from hf_vanilla_transformer.data.trained_on import TrainedOn, record_trained_on, trained_on
 from hf_vanilla_transformer.errors import InputError
 from hf_vanilla_transformer.model.pipeline_translation import max_source_length
+from hf_vanilla_transformer.translate.options import DecodeOptions
 from hf_vanilla_transformer.translate.translator import load_translator, translate_file, translate_lines
 from tests.helpers import PAIRS, ROOT, TINY_MODEL, run_training, tiny_config, tiny_tokenizer, write_jsonl
 
@@ -54,8 +55,8 @@ def test_translate_feeds_the_model_sentences_of_the_length_it_was_trained_on(tmp
     record_trained_on(model.generation_config, TrainedOn("de", "en", 8, 8))
     folder = save(tmp_path / "model", model, tokenizer)
     translator = load_translator(str(folder), device="cpu")
-    assert translator.max_source_tokens == 8 and translator.source_lang == "de"  # it accepts 64
-    assert load_translator(str(folder), device="cpu", source_lang="en").source_lang == "en"
+    assert translator.max_source_tokens == 8 and translator.decoding().source_lang == "de"  # it accepts 64
+    assert translator.decoding(DecodeOptions(source_lang="en")).source_lang == "en"
     # German rules: "Am 3. Mai ..." is one sentence (of 12 tokens: cut between words); "Wer hat dir das gegeben?"
     # has 11 tokens and is cut too, "Ich habe Hunger." fits.
     lines = ["Am 3. Mai kommt Tom.", "Wer hat dir das gegeben? Ich habe Hunger."]
@@ -79,7 +80,7 @@ def test_a_folder_saved_before_the_record_translates_within_what_the_model_accep
     translator = load_translator(str(FIXTURE), device="cpu")
     tokenizer = AutoTokenizer.from_pretrained(FIXTURE)
     model = VanillaTransformerForConditionalGeneration.from_pretrained(FIXTURE).eval()
-    assert translator.source_lang is None and translator.trained_length is None
+    assert translator.decoding().source_lang is None and translator.trained_length is None
     assert translator.max_source_tokens == max_source_length(tokenizer, model.config)
     expected = json.loads((FIXTURE / "expected.json").read_text())
     (line,) = translate_lines([" ".join(expected["sources"])], translator)
@@ -97,7 +98,7 @@ def test_training_records_its_languages_and_limits_in_the_saved_folder(tmp_path)
     record = json.loads((tmp_path / "run" / "generation_config.json").read_text())["trained_on"]
     assert record == {"source_lang": "de", "target_lang": "en", "max_source_length": 24, "max_target_length": 20}
     translator = load_translator(str(tmp_path / "run"), device="cpu")
-    assert (translator.max_source_tokens, translator.source_lang) == (24, "de")
+    assert (translator.max_source_tokens, translator.decoding().source_lang) == (24, "de")
 
 
 # ------------------------------------------------------------------------------------ folders that do not translate

@@ -21,6 +21,7 @@ from hf_vanilla_transformer.data.corpus import BUNDLED_CORPUS
 from hf_vanilla_transformer.data.tokenizer import train_shared_bpe_tokenizer
 from hf_vanilla_transformer.data.trained_on import TrainedOn, record_trained_on
 from hf_vanilla_transformer.training.metrics import corpus_scores
+from hf_vanilla_transformer.translate.options import DecodeOptions
 from hf_vanilla_transformer.translate.sentences import split_sentences
 from hf_vanilla_transformer.translate.translator import load_translator, translate_lines
 from tests.helpers import SMALL_TRANSLATOR
@@ -72,8 +73,7 @@ def test_a_paragraph_translates_as_well_as_its_sentences_one_per_line(model_dir,
     paragraph, references = " ".join(pair["de"] for pair in SHORT), " ".join(pair["en"] for pair in SHORT)
     per_line = " ".join(t.hypotheses[0].text for t in translate_lines([pair["de"] for pair in SHORT], translator))
     (whole,) = translate_lines([paragraph], translator)
-    as_one = load_translator(str(model_dir), device="cpu", split_sentences=False)
-    (unsplit,) = translate_lines([paragraph], as_one)
+    (unsplit,) = translate_lines([paragraph], translator, DecodeOptions(split_sentences=False))
     sentences = len(split_sentences(references, "en"))
     assert abs(len(split_sentences(whole.hypotheses[0].text, "en")) - sentences) <= 2
     assert bleu(per_line, references) > 90  # the model knows these sentences

@@ -2,6 +2,8 @@
 scores, order, a batch filled up with rows that are dropped), in a bounded set of batch shapes; the option's rule and
 its errors."""
 
+import dataclasses
+import functools
 import json
 import time
 
@@ -14,7 +16,7 @@ from hf_vanilla_transformer.data.corpus import BUNDLED_CORPUS
 from hf_vanilla_transformer.translate import backends
 from hf_vanilla_transformer.translate.backends import COMPILE_MIN_LINES, uses_static_cache
 from hf_vanilla_transformer.translate.io import InputError
-from hf_vanilla_transformer.translate.options import TranslateOptions
+from hf_vanilla_transformer.translate.options import DecodeOptions, EngineOptions
 from hf_vanilla_transformer.translate.translator import load_translator
 from tests.helpers import tiny_translator_dir
 
@@ -56,15 +58,14 @@ def same_translations(expected, actual):
     ids=["greedy", "beam-nbest", "beam-no-early-stopping"],
 )
 def test_the_static_cache_translates_as_the_dynamic_cache(model_dir, lines, decoding):
-    batching = dict(max_tokens=300, batch_size=7)  # full batches of 7 and batches filled up to 7
-    dynamic = load_translator(model_dir, device="cpu", compile="never", **batching, **decoding)
-    static = load_translator(model_dir, device="cpu", compile="always", **batching, **decoding)
+    options = DecodeOptions(max_tokens=300, batch_size=7, **decoding)  # full batches of 7 and batches filled up to 7
+    dynamic = load_translator(model_dir, device="cpu", compile="never")
+    static = load_translator(model_dir, device="cpu", compile="always")
     assert not dynamic.backend.static_cache
     assert static.backend.static_cache and static.backend.compile_config is None  # a CPU: not compiled
-    same_translations(dynamic.translate(lines), static.translate(lines))
-    variant = static.variant(num_beams=5)  # a variant keeps the engine
-    assert variant.backend.static_cache
-    same_translations(dynamic.variant(num_beams=5).translate(lines[:9]), variant.translate(lines[:9]))
+    same_translations(dynamic.translate(lines, options), static.translate(lines, options))
+    other = dataclasses.replace(options, num_beams=5)  # other options per call, through the same static caches
+    same_translations(dynamic.translate(lines[:9], other), static.translate(lines[:9], other))
 
 
 @pytest.mark.parametrize("num_beams", [1, 4])
@@ -76,9 +77,9 @@ def test_the_search_through_the_static_cache_waits_for_the_device_every_few_step
     monkeypatch.setattr(torch.Tensor, "__bool__", lambda tensor: reads.append(1) or boolean(tensor))
     counts = {}
     for compile in ("never", "always"):
-        translator = load_translator(model_dir, device="cpu", compile=compile, batch_size=7, num_beams=num_beams)
+        translator = load_translator(model_dir, device="cpu", compile=compile)
         reads.clear()
-        translator.translate(lines[:7])
+        translator.translate(lines[:7], DecodeOptions(batch_size=7, num_beams=num_beams))
         counts[compile] = len(reads)
     assert counts["always"] <= counts["never"] / 2, counts
 
@@ -86,13 +87,14 @@ def test_the_search_through_the_static_cache_waits_for_the_device_every_few_step
 def test_a_sampled_batch_filled_up_draws_as_the_batch_alone(model_dir, lines):
     """Sampling seeds each batch, and the static cache cuts other batches (by padded length): on the same batch, the
     same draws, the filling rows drawing nothing."""
-    dynamic = load_translator(model_dir, device="cpu", compile="never", do_sample=True, top_k=20)
-    static = load_translator(model_dir, device="cpu", compile="always", do_sample=True, top_k=20, batch_size=16)
+    dynamic = load_translator(model_dir, device="cpu", compile="never")
+    static = load_translator(model_dir, device="cpu", compile="always")
+    decoding = static.decoding(DecodeOptions(do_sample=True, top_k=20, batch_size=16))
     sources = [ids for line in static.encode(lines[:9]) for ids in line.ids]
-    limits = [static.limit(len(s)) for s in sources]
-    expected = dynamic.backend.generate(sources, limits, seed=5)
-    actual = static.backend.generate(sources, limits, seed=5, shape=static.static_shape(sources))
-    assert static.static_shape(sources)[0] == 16 > len(sources)
+    limit = functools.partial(static.limit, decoding=decoding)
+    expected = dynamic.backend.generate(sources, limit, decoding, seed=5)
+    actual = static.backend.generate(sources, limit, decoding, seed=5)
+    assert static.backend.static_shape(sources, limit, decoding.options.max_tokens, 16)[0] == 16 > len(sources)
     assert [[h.token_ids for h in hs] for hs in actual] == [[h.token_ids for h in hs] for hs in expected]
 
 
@@ -103,9 +105,12 @@ def test_any_seq2seq_model_translates_through_the_static_cache_as_through_the_dy
     from hf_vanilla_transformer.interop.marian import to_marian
 
     marian = to_marian(VanillaTransformerForConditionalGeneration.from_pretrained(model_dir)).eval()
-    options = dict(tokenizer=AutoTokenizer.from_pretrained(model_dir), device="cpu", max_tokens=300, num_beams=3)
-    dynamic = load_translator(marian, compile="never", **options)
-    same_translations(dynamic.translate(lines), load_translator(marian, compile="always", **options).translate(lines))
+    engine, options = (
+        dict(tokenizer=AutoTokenizer.from_pretrained(model_dir), device="cpu"),
+        DecodeOptions(num_beams=3, max_tokens=300),
+    )
+    dynamic = load_translator(marian, compile="never", **engine).translate(lines, options)
+    same_translations(dynamic, load_translator(marian, compile="always", **engine).translate(lines, options))
 
 
 def test_batch_shapes_take_one_value_per_source_length_bucket(model_dir, lines, monkeypatch):
@@ -120,28 +125,29 @@ def test_batch_shapes_take_one_value_per_source_length_bucket(model_dir, lines, 
         return decode(model, input_ids, *args, **kwargs)
 
     monkeypatch.setattr(backends, "decode", recording)
-    translator = load_translator(model_dir, device="cpu", compile="always", max_tokens=400)
+    translator, options = load_translator(model_dir, device="cpu", compile="always"), DecodeOptions(max_tokens=400)
     for start in range(0, len(lines), 6):  # runs of varied inputs: every batch a shape the run has not seen
-        translator.translate(lines[start : start + 6 + start % 11])
+        translator.translate(lines[start : start + 6 + start % 11], options)
     assert len(shapes) > 10
     buckets = {length for _, length, _ in shapes}
     assert buckets <= {16, 32, 64, 128} and len(buckets) >= 2
     assert len(set(shapes)) == len(buckets)  # one (rows, source length, target positions) per source length
     assert len(caches) == len(buckets)  # one static cache per shape, reused
-    assert all(rows == 400 // length and positions == translator.limit(length) for rows, length, positions in shapes)
+    decoding = translator.decoding(options)
+    assert all(rows == 400 // n and positions == translator.limit(n, decoding) for rows, n, positions in shapes)
 
     shapes.clear()
-    translator = load_translator(model_dir, device="cpu", compile="never", max_tokens=400)
+    translator = load_translator(model_dir, device="cpu", compile="never")
     for start in range(0, len(lines), 6):
-        translator.translate(lines[start : start + 6 + start % 11])
+        translator.translate(lines[start : start + 6 + start % 11], options)
     assert all(positions is None for *_, positions in shapes) and len(set(shapes)) > 2 * len(buckets)
 
 
 def test_the_static_source_length_is_a_power_of_two_within_the_model(model_dir):
-    translator = load_translator(model_dir, device="cpu", compile="always")
-    assert [translator.static_length(n) for n in (1, 16, 17, 33, 64, 65, 127)] == [16, 16, 32, 64, 64, 128, 128]
-    translator.max_source_tokens = 100  # a model of 100 source positions: its longest sentence
-    assert [translator.static_length(n) for n in (60, 65, 100)] == [64, 100, 100]
+    backend = load_translator(model_dir, device="cpu", compile="always").backend
+    assert [backend.static_length(n) for n in (1, 16, 17, 33, 64, 65, 127)] == [16, 16, 32, 64, 64, 128, 128]
+    backend.max_source_tokens = 100  # a model of 100 source positions: its longest sentence
+    assert [backend.static_length(n) for n in (60, 65, 100)] == [64, 100, 100]
 
 
 def test_the_auto_rule():
@@ -176,7 +182,7 @@ def test_bad_values_are_one_line_errors(model_dir, capsys):
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "argument --compile: invalid choice: 'sometimes'" in err
     with pytest.raises(InputError, match=r"--compile must be one of \['auto', 'always', 'never'\], got 'yes'"):
-        TranslateOptions(compile="yes").check()
+        EngineOptions(compile="yes").check()
     with pytest.raises(InputError, match="--compile are PyTorch options"):
         load_translator(model_dir, backend="ctranslate2", compile="always")
 
@@ -184,11 +190,12 @@ def test_bad_values_are_one_line_errors(model_dir, capsys):
 @pytest.mark.slow
 def test_the_compiled_step_translates_as_the_dynamic_cache(model_dir, lines):
     """torch.compile (fullgraph) on the CPU, as transformers does on a GPU; a minute on two cores."""
-    dynamic = load_translator(model_dir, device="cpu", compile="never", max_tokens=300, num_beams=2)
-    static = load_translator(model_dir, device="cpu", compile="always", max_tokens=300, num_beams=2)
+    options = DecodeOptions(max_tokens=300, num_beams=2)
+    dynamic = load_translator(model_dir, device="cpu", compile="never")
+    static = load_translator(model_dir, device="cpu", compile="always")
     config = CompileConfig(fullgraph=True, mode="default")
     config._compile_all_devices = True  # transformers compiles on GPUs only
     static.backend.compile_config = config
     start = time.perf_counter()
-    same_translations(dynamic.translate(lines[:30]), static.translate(lines[:30]))
+    same_translations(dynamic.translate(lines[:30], options), static.translate(lines[:30], options))
     print(f"compiled in {time.perf_counter() - start:.0f} s")

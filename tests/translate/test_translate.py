@@ -2,6 +2,8 @@
 resume after a kill, input and model errors, int8, MarianMT and CTranslate2, two processes, the entry point."""
 
 import copy
+import dataclasses
+import importlib.util
 import json
 import math
 import os
@@ -16,12 +18,18 @@ from pathlib import Path
 import pytest
 import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors
-from transformers import AutoTokenizer, MarianConfig, MarianMTModel, PreTrainedTokenizerFast, pipeline
+from transformers import (
+    AutoTokenizer,
+    GenerationConfig,
+    MarianConfig,
+    MarianMTModel,
+    PreTrainedTokenizerFast,
+    pipeline,
+)
 
 from hf_vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration, cli
 from hf_vanilla_transformer.data.folders import resolve_model
-from hf_vanilla_transformer.data.trained_on import TrainedOn
-from hf_vanilla_transformer.translate.backends import Hypothesis
+from hf_vanilla_transformer.translate.backends import Backend, Hypothesis
 from hf_vanilla_transformer.translate.io import (
     InputError,
     LineTranslation,
@@ -29,6 +37,7 @@ from hf_vanilla_transformer.translate.io import (
     format_translation,
     make_batches,
 )
+from hf_vanilla_transformer.translate.options import DecodeOptions
 from hf_vanilla_transformer.translate.translator import Translator, load_translator, translate_file, translate_lines
 from tests.helpers import ROOT, SENTENCES, free_port, tiny_tokenizer
 
@@ -100,8 +109,10 @@ def test_output_equals_the_pipeline_in_input_order_whatever_the_batching(transla
     translate = pipeline("translation", model=str(model_dir), device="cpu")
     expected = [r["translation_text"] for r in translate(LINES, batch_size=32)]
     assert expected[len(GERMAN)] == "" and len(set(expected)) > 6
-    for batching in [dict(max_tokens=20, buffer_size=5), dict(batch_size=1), dict(max_tokens=10_000, buffer_size=3)]:
-        assert texts(translate_lines(LINES, translator, **batching)) == expected, batching
+    for batching, buffer_size in [(dict(max_tokens=20), 5), (dict(batch_size=1), None), (dict(max_tokens=10_000), 3)]:
+        window = {"buffer_size": buffer_size} if buffer_size else {}
+        translated = translate_lines(LINES, translator, DecodeOptions(**batching), **window)
+        assert texts(translated) == expected, batching
 
 
 def test_batches_are_longest_first_within_the_token_budget_and_the_size():
@@ -114,11 +125,11 @@ def test_batches_are_longest_first_within_the_token_budget_and_the_size():
     assert make_batches([50], max_tokens=10, batch_size=None) == [[0]]  # too long for the budget: alone
 
 
-def test_scores_are_those_beam_search_and_greedy_search_used(model_dir, model_and_tokenizer):
+def test_scores_are_those_beam_search_and_greedy_search_used(translator, model_and_tokenizer):
     model, tokenizer = model_and_tokenizer
     for num_beams, nbest in [(4, 3), (1, 1)]:
-        translator = load_translator(str(model_dir), device="cpu", nbest=nbest, num_beams=num_beams)
-        for line, translation in zip(LINES[:8], translate_lines(LINES[:8], translator)):
+        options = DecodeOptions(nbest=nbest, num_beams=num_beams)
+        for line, translation in zip(LINES[:8], translate_lines(LINES[:8], translator, options)):
             if not line.strip():
                 assert translation.hypotheses == [] and translation.parts == 0
                 continue
@@ -142,11 +153,12 @@ def test_scores_are_those_beam_search_and_greedy_search_used(model_dir, model_an
                     assert h.score == pytest.approx(out.sequences_scores[row].item(), abs=1e-4)
 
 
-def test_jsonl_and_fairseq_formats_carry_the_n_best_with_scores(model_dir, tmp_path):
-    translator = load_translator(str(model_dir), device="cpu", nbest=2)
-    source = write_lines(tmp_path / "in.de", LINES[:8])
-    translate_file([str(source)], str(tmp_path / "out.jsonl"), translator, output_format="jsonl", quiet=True)
-    translate_file([str(source)], str(tmp_path / "out.txt"), translator, output_format="fairseq", quiet=True)
+def test_jsonl_and_fairseq_formats_carry_the_n_best_with_scores(translator, tmp_path):
+    source, options = write_lines(tmp_path / "in.de", LINES[:8]), DecodeOptions(nbest=2)
+    for output_format, name in [("jsonl", "out.jsonl"), ("fairseq", "out.txt")]:
+        translate_file(
+            [str(source)], str(tmp_path / name), translator, options, output_format=output_format, quiet=True
+        )
     records = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()]
     assert [r["id"] for r in records] == list(range(8)) and [r["source"] for r in records] == LINES[:8]
     assert records[6]["hypotheses"] == []  # the blank line
@@ -175,9 +187,10 @@ def test_each_sentence_gets_its_own_length_limit_and_hitting_it_is_reported(
     model_dir, model_and_tokenizer, tmp_path, caplog, capsys
 ):
     model, tokenizer = model_and_tokenizer
-    translator = load_translator(str(model_dir), device="cpu", max_len_a=0.8, max_len_b=1)
+    translator = load_translator(str(model_dir), device="cpu")
+    options = DecodeOptions(max_len_a=0.8, max_len_b=1, max_tokens=1000)
     lines = [line for line in LINES if line.strip()]
-    translations = list(translate_lines(lines, translator, max_tokens=1000))
+    translations = list(translate_lines(lines, translator, options))
     limited = 0
     for line, translation in zip(lines, translations):
         source_length = len(tokenizer(line)["input_ids"])  # EOS included, as fairseq counts
@@ -191,17 +204,21 @@ def test_each_sentence_gets_its_own_length_limit_and_hitting_it_is_reported(
     assert 0 < limited < len(lines)
     source = write_lines(tmp_path / "in.de", lines)
     capsys.readouterr()
-    stats = translate_file([str(source)], str(tmp_path / "out.en"), translator, quiet=True)
+    stats = translate_file([str(source)], str(tmp_path / "out.en"), translator, options, quiet=True)
     assert stats.reached_length_limit == limited and stats.lines == len(lines)
     assert f"{limited} hypothesis(es) stopped at the length limit" in caplog.text
     assert capsys.readouterr().err == ""  # quiet: no progress bar
+    none = translator.decoding(DecodeOptions(max_len_a=0.0, max_len_b=0))
     with pytest.raises(ValueError, match="at least 1"):
-        Translator(translator.backend, max_len_a=0.0, max_len_b=0).limit(5)
-    assert (translator.max_len_a, translator.max_len_b) == (0.8, 1)
-    model_limit = Translator(translator.backend)  # the model's generation config caps at max_length=24
+        translator.limit(5, none)
+    with pytest.raises(ValueError, match="at least 1"):
+        translator.translate(["Hallo."], DecodeOptions(max_len_a=0.0, max_len_b=0))
+    given = translator.decoding(options)
+    assert (given.max_len_a, given.max_len_b) == (0.8, 1)
+    model_limit = translator.decoding()  # the model's generation config caps at max_length=24
     assert (model_limit.max_len_a, model_limit.max_len_b) == (1.0, 50)
-    assert model_limit.limit(4) == 23
-    assert Translator(translator.backend, max_len_b=5).max_len_a == 0.0
+    assert translator.limit(4, model_limit) == 23
+    assert translator.decoding(DecodeOptions(max_len_b=5)).max_len_a == 0.0
 
 
 def test_a_model_without_a_length_limit_gets_the_source_length_plus_50_as_the_pipeline(model_and_tokenizer):
@@ -209,8 +226,10 @@ def test_a_model_without_a_length_limit_gets_the_source_length_plus_50_as_the_pi
     unlimited = copy.deepcopy(model)
     unlimited.generation_config.max_length = None
     translator = load_translator(unlimited, tokenizer=tokenizer, device="cpu")
-    assert (translator.max_len_a, translator.max_len_b) == (1.0, 50)
-    assert translator.limit(4) == 54 and translator.limit(80) == unlimited.config.max_position_embeddings - 1
+    default = translator.decoding()
+    assert (default.max_len_a, default.max_len_b) == (1.0, 50)
+    assert translator.limit(4, default) == 54
+    assert translator.limit(80, default) == unlimited.config.max_position_embeddings - 1
 
 
 def test_lines_are_translated_sentence_by_sentence_and_joined_with_their_spacing(model_dir, translator, tmp_path):
@@ -219,8 +238,9 @@ def test_lines_are_translated_sentence_by_sentence_and_joined_with_their_spacing
     alone = texts(translate_lines(sentences, translator))
     (translation,) = translate_lines([line], translator)
     assert translation.parts == 3 and translation.hypotheses[0].text == f"{alone[0]}  {alone[1]}\t{alone[2]}"
-    whole = load_translator(str(model_dir), device="cpu", split_sentences=False)
-    (as_one,) = translate_lines([line], whole)  # as the pipeline translates it: one sequence
+    (as_one,) = translate_lines(
+        [line], translator, DecodeOptions(split_sentences=False)
+    )  # as the pipeline translates it: one sequence
     expected = pipeline("translation", model=str(model_dir), device="cpu")(line)[0]["translation_text"]
     assert as_one.parts == 1 and as_one.hypotheses[0].text == expected == alone[0]  # the rest is lost
     source = write_lines(tmp_path / "in.de", [line, GERMAN[0]])
@@ -246,14 +266,14 @@ def test_sentences_longer_than_the_limit_are_split_at_clauses_and_counted(model_
     assert stats.split_sentences == 2
 
 
-class EchoBackend:
+class EchoBackend(Backend):
     """Returns each source reversed, instantly: the streaming machinery without a model."""
 
     def __init__(self, tokenizer):
-        self.tokenizer, self.nbest, self.input_limit, self.max_position_embeddings = tokenizer, 1, None, None
-        self.default_length_rule, self.length_penalty, self.trained_on = (0.0, 64), 1.0, TrainedOn()
+        super().__init__(tokenizer, GenerationConfig(eos_token_id=tokenizer.eos_token_id, max_new_tokens=64), None)
+        self.max_position_embeddings = None
 
-    def generate(self, sources, limits, scores=True, seed=0):
+    def generate(self, sources, limit, decoding, scores=True, seed=0):
         return [[Hypothesis(s[-2::-1] + s[-1:], [-0.5] * len(s), False)] for s in sources]
 
 
@@ -315,7 +335,7 @@ def test_resume_refuses_what_would_mix_outputs(model_dir, translator, tmp_path):
     source = write_lines(tmp_path / "in.de", LINES)
     output = tmp_path / "out.jsonl"
     (tmp_path / "out.jsonl.progress").write_text(
-        json.dumps({"lines": 2, "bytes": 0, "settings": {**translator.settings, "nbest": 2}})
+        json.dumps({"lines": 2, "bytes": 0, "settings": {**translator.settings(), "nbest": 2}})
     )
     output.write_text("")
     with pytest.raises(ValueError, match="nbest differ"):
@@ -329,7 +349,7 @@ def test_resume_refuses_what_would_mix_outputs(model_dir, translator, tmp_path):
     with pytest.raises(ValueError, match="is also an input"):
         translate_file([str(source)], str(source), translator, quiet=True)
     with pytest.raises(ValueError, match="--format jsonl or fairseq"):
-        translate_file([str(source)], None, load_translator(str(model_dir), device="cpu", nbest=2), quiet=True)
+        translate_file([str(source)], None, translator, DecodeOptions(nbest=2), quiet=True)
 
 
 def test_invalid_utf8_names_file_and_line_and_keeps_what_was_translated(translator, tmp_path):
@@ -369,24 +389,33 @@ def test_unreadable_inputs_and_missing_models_fail_at_once_naming_them(tmp_path,
     assert resolve_model("Helsinki-NLP/opus-mt-de-en") == "Helsinki-NLP/opus-mt-de-en"  # a Hub id (cached) stays one
 
 
-def test_settings_that_cannot_work_are_refused_before_anything_runs(model_dir):
+def test_settings_that_cannot_work_are_refused_before_anything_runs(model_dir, translator, tmp_path):
     for kwargs, message in [
-        (dict(nbest=3, num_beams=2), "--nbest 3 needs --num_beams 3"),
         (dict(dtype="float16", device="cpu"), "float16 needs a GPU"),
         (dict(int8=True, device="cuda"), "--int8 is PyTorch's dynamic quantization for CPUs"),
         (dict(backend="onnx"), "--backend must be"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            load_translator(str(model_dir), **kwargs)
+    source = write_lines(tmp_path / "in.de", LINES)
+    for kwargs, message in [
+        (dict(nbest=3, num_beams=2), "--nbest 3 needs --num_beams 3"),
         (dict(max_len_a=-1.0), ">= 0"),
         (dict(nbest=0), "at least 1"),
     ]:
         with pytest.raises(ValueError, match=message):
-            load_translator(str(model_dir), **kwargs)
+            translate_file([str(source)], str(tmp_path / "out.jsonl"), translator, DecodeOptions(**kwargs))
+        assert not (tmp_path / "out.jsonl").exists()  # refused before anything is written
 
 
-def test_sampling_is_reproducible_from_the_seed(model_dir):
-    translator = load_translator(str(model_dir), device="cpu", nbest=2, do_sample=True, top_k=5)
-    first = [[h.text for h in t.hypotheses] for t in translate_lines(LINES, translator.variant(seed=3))]
-    assert first == [[h.text for h in t.hypotheses] for t in translate_lines(LINES, translator.variant(seed=3))]
-    assert first != [[h.text for h in t.hypotheses] for t in translate_lines(LINES, translator.variant(seed=4))]
+def test_sampling_is_reproducible_from_the_seed(translator):
+    def sampled(seed):
+        options = DecodeOptions(nbest=2, do_sample=True, top_k=5, seed=seed)
+        return [[h.text for h in t.hypotheses] for t in translate_lines(LINES, translator, options)]
+
+    first = sampled(3)
+    assert first == sampled(3)
+    assert first != sampled(4)
 
 
 def test_int8_quantizes_every_linear_layer_and_still_translates(model_dir, translator):
@@ -448,26 +477,28 @@ def marian_dir(tmp_path_factory):
 
 def test_marian_translates_like_its_generate(marian_dir):
     model, tokenizer = MarianMTModel.from_pretrained(marian_dir).eval(), AutoTokenizer.from_pretrained(marian_dir)
-    translator = load_translator(str(marian_dir), device="cpu", num_beams=2, max_len_b=8)
+    translator = load_translator(str(marian_dir), device="cpu")
     expected = []
     for line in LINES:
         ids = model.generate(**tokenizer(line, return_tensors="pt"), num_beams=2, max_new_tokens=8)
         expected.append(tokenizer.decode(ids[0], skip_special_tokens=True) if line.strip() else "")
-    assert texts(translate_lines(LINES, translator, max_tokens=16)) == expected
+    assert (
+        texts(translate_lines(LINES, translator, DecodeOptions(num_beams=2, max_len_b=8, max_tokens=16))) == expected
+    )
     assert len(set(expected)) > 4
-    greedy = load_translator(str(marian_dir), device="cpu")  # its generation config leaves num_beams unset
-    (translation,) = translate_lines(LINES[:1], greedy)
+    (translation,) = translate_lines(LINES[:1], translator)  # its generation config leaves num_beams unset: greedy
     assert len(translation.hypotheses[0].token_scores) == len(translation.hypotheses[0].tokens) == 11
 
 
 def test_ctranslate2_backend_converts_marian_and_agrees_with_pytorch(marian_dir, tmp_path, monkeypatch):
     pytest.importorskip("ctranslate2")
     monkeypatch.setenv("HF_VANILLA_TRANSFORMER_CACHE", str(tmp_path))
-    settings = dict(device="cpu", nbest=2, num_beams=2, early_stopping=True, max_len_b=8)
-    torch_translations = list(translate_lines(LINES, load_translator(str(marian_dir), **settings)))
-    ct2 = load_translator(str(marian_dir), backend="ctranslate2", **settings)
+    options = DecodeOptions(nbest=2, num_beams=2, early_stopping=True, max_len_b=8)
+    torch_translations = list(translate_lines(LINES, load_translator(str(marian_dir), device="cpu"), options))
+    ct2 = load_translator(str(marian_dir), backend="ctranslate2", device="cpu")
     (converted,) = (tmp_path / "ctranslate2").iterdir()
-    for translations in (translate_lines(LINES, ct2), translate_lines(LINES, ct2, batch_size=1)):
+    one_by_one = dataclasses.replace(options, batch_size=1)
+    for translations in (translate_lines(LINES, ct2, options), translate_lines(LINES, ct2, one_by_one)):
         for ours, theirs in zip(torch_translations, translations):
             assert [h.tokens for h in theirs.hypotheses] == [h.tokens for h in ours.hypotheses]
             assert [h.reached_length_limit for h in theirs.hypotheses] == [
@@ -478,8 +509,8 @@ def test_ctranslate2_backend_converts_marian_and_agrees_with_pytorch(marian_dir,
     # An already converted folder works too, with the tokenizer files beside model.bin.
     for name in ("tokenizer.json", "tokenizer_config.json", "generation_config.json"):
         shutil.copy(marian_dir / name, converted / name)
-    direct = load_translator(str(converted), backend="ctranslate2", **settings)
-    assert texts(translate_lines(LINES, direct)) == texts(torch_translations)
+    direct = load_translator(str(converted), backend="ctranslate2", device="cpu")
+    assert texts(translate_lines(LINES, direct, options)) == texts(torch_translations)
 
 
 def test_ctranslate2_backend_exports_our_model_once_and_agrees_with_pytorch(
@@ -498,7 +529,37 @@ def test_ctranslate2_backend_exports_our_model_once_and_agrees_with_pytorch(
     load_translator(str(model_dir), backend="ctranslate2", device="cpu")  # reuses the converted folder
     assert list((tmp_path / "ctranslate2").iterdir()) == [converted]
     with pytest.raises(ValueError, match="do_sample"):
-        load_translator(str(converted), backend="ctranslate2", do_sample=True)
+        load_translator(str(converted), backend="ctranslate2").translate(LINES, DecodeOptions(do_sample=True))
+
+
+def test_one_loaded_model_decodes_with_any_options_per_call(model_dir, translator, tmp_path, monkeypatch):
+    """Loaded once, as CTranslate2's Translator: other beams, n-best, length rules or batching per call decode on the
+    same weights, and give what a translator loaded for those options alone gives."""
+    ctranslate2 = pytest.importorskip("ctranslate2")
+    monkeypatch.setenv("HF_VANILLA_TRANSFORMER_CACHE", str(tmp_path))
+    loads = []
+    monkeypatch.setattr(ctranslate2, "Translator", lambda *a, **k: loads.append(a) or ctranslate2_translator(*a, **k))
+    ct2 = load_translator(str(model_dir), backend="ctranslate2", device="cpu")
+    calls = [
+        DecodeOptions(),
+        DecodeOptions(num_beams=1),
+        DecodeOptions(num_beams=3, nbest=3),
+        DecodeOptions(num_beams=5, nbest=2, length_penalty=1.0),
+        DecodeOptions(num_beams=2, max_len_b=4, batch_size=2),
+    ]
+    for options in calls:
+        for engine in (translator, ct2):
+            ours = [[h.tokens for h in t.hypotheses] for t in engine.translate(LINES, options)]
+            fresh = load_translator(str(model_dir), backend=engine.engine.backend, device="cpu")
+            assert ours == [[h.tokens for h in t.hypotheses] for t in fresh.translate(LINES, options)], options
+    assert len(loads) == 1 + len(calls)  # the translator's own load, then only the fresh ones
+
+
+ctranslate2_translator = None
+if importlib.util.find_spec("ctranslate2"):
+    import ctranslate2 as _ctranslate2
+
+    ctranslate2_translator = _ctranslate2.Translator
 
 
 @pytest.mark.parametrize(
@@ -516,11 +577,16 @@ def test_ctranslate2_decodes_a_batch_of_many_limits_as_each_sentence_alone(
     it gets alone with its own limit, whether its search ends first or runs into its limit."""
     pytest.importorskip("ctranslate2")
     monkeypatch.setenv("HF_VANILLA_TRANSFORMER_CACHE", str(tmp_path))
-    translator = load_translator(str(model_dir), backend="ctranslate2", device="cpu", **generation, nbest=nbest)
-    sources = [ids for line in translator.encode([*GERMAN, *GERMAN]) for ids in line.ids]
-    limits = [2 + 3 * (i % 4) for i in range(len(sources))]  # 2, 5, 8 and 11 new tokens
-    batched = translator.backend.generate(sources, limits)
-    alone = [translator.backend.generate([s], [n])[0] for s, n in zip(sources, limits)]
+    translator = load_translator(str(model_dir), backend="ctranslate2", device="cpu")
+    decoding = translator.decoding(DecodeOptions(**generation, nbest=nbest))
+    sources = [ids for line in translator.encode(GERMAN) for ids in line.ids]
+    assert len({len(s) % 4 for s in sources}) > 2
+
+    def limit(source_length: int) -> int:
+        return 2 + 3 * (source_length % 4)  # 2, 5, 8 and 11 new tokens
+
+    batched = translator.backend.generate(sources, limit, decoding)
+    alone = [translator.backend.generate([s], limit, decoding)[0] for s in sources]
     assert [[(h.token_ids, h.reached_limit) for h in hs] for hs in batched] == [
         [(h.token_ids, h.reached_limit) for h in hs] for hs in alone
     ]
@@ -542,9 +608,9 @@ def test_two_processes_write_the_same_bytes_as_one(model_dir, translator, tmp_pa
         [*launch, *map(str, args), "--output", str(tmp_path / "two.jsonl")], env=env, capture_output=True, text=True
     )
     assert run.returncode == 0, run.stderr[-3000:]
-    two_beams = load_translator(str(model_dir), device="cpu", nbest=2)
     one = tmp_path / "one.jsonl"
-    translate_file([str(source)], str(one), two_beams, output_format="jsonl", quiet=True, buffer_size=20)
+    options = DecodeOptions(nbest=2)
+    translate_file([str(source)], str(one), translator, options, output_format="jsonl", quiet=True, buffer_size=20)
     assert (tmp_path / "two.jsonl").read_bytes() == one.read_bytes()
 
 
