@@ -263,19 +263,10 @@ class Distillation:
             Step("teacher-translations", teacher, self.translate, resumes=True),
             Step("distilled", distilled, self.distill),
             Step("student-init", student, self.build_student),
-            Step(
-                "student", training, lambda: self.train("student", self.path("distilled", "train.jsonl")), resumes=True
-            ),
+            self.training_step("student", training, self.path("distilled", "train.jsonl")),
         ]
         if args.baseline:
-            steps.append(
-                Step(
-                    "baseline",
-                    training,
-                    lambda: self.train("baseline", self.path("corpus", "train.jsonl")),
-                    resumes=True,
-                )
-            )
+            steps.append(self.training_step("baseline", training, self.path("corpus", "train.jsonl")))
         steps.append(Step("student-ctranslate2-int8", {}, lambda: self.export_int8("student")))
         steps.append(
             Step("teacher-ctranslate2-int8", {"--teacher": teacher["--teacher"]}, lambda: self.export_int8("teacher"))
@@ -371,19 +362,13 @@ class Distillation:
         )
 
     def train(self, name: str, train_file: Path) -> dict:
-        from ..training.checkpoints import checkpoint_folders
         from ..training.report import read_run_report
         from .translation import main as train_translation
 
         folder, argv = self.path(name), self.recipe_argv(name, train_file)
         if name == "baseline":  # as many steps as the student trained
             argv += ["--max_steps", str(Steps(self.output_dir).read("student")["result"]["steps"])]
-        if folder.is_dir() and any(folder.iterdir()):
-            if not checkpoint_folders(folder):
-                raise InputError(
-                    f"{folder}: an interrupted training left files there but no checkpoint to resume from: remove the "
-                    "folder to train from the start."
-                )
+        if self.resumes(name):
             argv += ["--resume_from_checkpoint", "last"]
         train_translation(argv, f"{self.prog} ({name})")
         report = read_run_report(folder)
@@ -393,6 +378,31 @@ class Distillation:
                 "checkpoint): remove the folder to train again."
             )
         return dict(steps=report["training"]["steps"], epochs=report["training"]["epochs"], test=report["test"])
+
+    def resumes(self, name: str) -> bool:
+        """Whether the training of `name` resumes from a checkpoint of an interrupted run; refused where that run left
+        files but no complete checkpoint."""
+        from ..training.checkpoints import checkpoint_folders, verify_checkpoint
+
+        folder = self.path(name)
+        if not (folder.is_dir() and any(folder.iterdir())):
+            return False
+        problem = "none was saved"
+        for checkpoint in reversed(checkpoint_folders(folder)):
+            try:
+                verify_checkpoint(checkpoint)
+                return True
+            except InputError as error:
+                problem = str(error)
+        raise InputError(
+            f"{folder}: an interrupted training left no complete checkpoint to resume from ({problem}): remove the "
+            "folder to train from the start."
+        )
+
+    def training_step(self, name: str, settings: dict, train_file: Path) -> Step:
+        return Step(
+            name, settings, lambda: self.train(name, train_file), resumes=True, check=lambda: self.resumes(name)
+        )
 
     def export_int8(self, name: str) -> dict:
         from ..interop.ctranslate2 import export_ctranslate2

@@ -23,13 +23,15 @@ class Step:
     """`run()` does the work and returns what the record keeps. `outputs`: what it writes in the output folder
     (default: the folder named after it). `resumes`: whether its run continues from what an interrupted one left
     there; the others write their outputs whole (`writes_folder`), so finding some of them without a record of their
-    completion means a run ended between the two, and nothing tells whether they are complete."""
+    completion means a run ended between the two, and nothing tells whether they are complete. `check()`, before the
+    record changes, refuses what an interrupted run left that this one cannot resume from."""
 
     name: str
     settings: dict
     run: Callable[[], dict]
     outputs: tuple[str, ...] = ()
     resumes: bool = False
+    check: Callable[[], None] = lambda: None
 
     def __post_init__(self):
         self.outputs = self.outputs or (self.name,)
@@ -114,6 +116,7 @@ class Steps:
                 f"{left[0]}: an interrupted run of the {step.name} step left it, and nothing tells whether it is "
                 f"complete ({RECORDS}/{step.name}.json does not say so): remove it to make that step again."
             )
+        step.check()
         attempts = (record or {}).get("attempts", 0) + 1
         print(f"{step.name}: {'resuming' if left else 'starting'}")
         self.write(step.name, dict(settings=step.settings, complete=False, attempts=attempts))

@@ -69,7 +69,10 @@ def student_config(teacher: VanillaTransformerConfig, sizes: StudentSizes, dropo
     fields.update(expand_sizes(sizes.d_model, layers, sizes.heads, sizes.ffn_dim))
     if dropout is not None:
         fields["dropout"] = dropout
-    return model_config_for("vanilla", **fields)
+    try:
+        return model_config_for("vanilla", **fields)
+    except InputError as error:
+        raise InputError(f"The student's sizes (--student_preset and --student_*) do not fit: {error}") from None
 
 
 def layers_to_copy(student_layers: int, teacher_layers: int) -> list[int]:

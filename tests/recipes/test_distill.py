@@ -1,0 +1,347 @@
+"""`hf-vanilla-transformer distill`: the whole chain on a tiny teacher and a few hundred lines, from its corpus to a
+shipped, measured student; a rerun that does nothing, completes an interrupted run (a kill during the teacher's
+translations: every line once), or refuses, in one line, other options and half-written files, losing nothing; the
+student's first weights; the choice of the teacher's hypotheses and the filters. One local Ray (2 CPUs, no dashboard)
+serves the module's runs."""
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import AutoModelForSeq2SeqLM
+
+from hf_vanilla_transformer import VanillaTransformerForConditionalGeneration, cli
+from hf_vanilla_transformer.data.tokenizer import train_shared_bpe_tokenizer
+from hf_vanilla_transformer.recipes.distill_student import StudentSizes, build_student, layers_to_copy, student_config
+from tests.helpers import ROOT, short_pairs, tiny_config, tiny_translator_dir, write_jsonl
+
+
+ray = pytest.importorskip("ray")
+pq = pytest.importorskip("pyarrow.parquet")
+pytest.importorskip("ctranslate2")
+
+HEADLINE = ("PyTorch float32", "beam 4")
+# A run of seconds: a few steps of a tiny student, checkpoints on the way (resume), the report on 30 test sentences.
+TRAINING = [
+    "--max_steps", "4", "--save_steps", "2", "--per_device_train_batch_size", "32", "--eval_strategy", "no",
+    "--bf16", "False", "--use_cpu", "--report_threads", "1", "--threads", "1", "--device", "cpu",
+    "--num_workers", "1",
+]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def local_ray(tmp_path_factory):
+    with pytest.MonkeyPatch.context() as environment:  # the CTranslate2 conversions go to the test's cache
+        environment.setenv("HF_VANILLA_TRANSFORMER_CACHE", str(tmp_path_factory.mktemp("cache")))
+        context = ray.init(num_cpus=2, include_dashboard=False, object_store_memory=100 << 20, log_to_driver=False)
+        yield context.address_info["gcs_address"]
+        ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("corpus")
+    pairs = short_pairs(400)
+    write_jsonl(folder / "train.jsonl", pairs[:300])
+    write_jsonl(folder / "valid.jsonl", pairs[300:320])
+    write_jsonl(folder / "test.jsonl", pairs[320:350])
+    return folder
+
+
+def distill_argv(output_dir, corpus: Path, *options) -> list[str]:
+    """`hf-vanilla-transformer distill`'s arguments for the tiny teacher and the test corpus."""
+    files = ["--train_file", corpus / "train.jsonl", "--validation_file", corpus / "valid.jsonl"]
+    files += ["--test_file", corpus / "test.jsonl"]
+    argv = ["distill", "--teacher", tiny_translator_dir(), "--output_dir", output_dir, *files, *TRAINING, *options]
+    return [str(word) for word in argv]
+
+
+def distill(output_dir, corpus: Path, *options) -> int:
+    """`hf-vanilla-transformer distill` in this process."""
+    return cli.main(distill_argv(output_dir, corpus, *options))
+
+
+def stamps(folder: Path) -> dict[str, int]:
+    """Every file under `folder` with its modification time."""
+    return {str(path.relative_to(folder)): path.stat().st_mtime_ns for path in folder.rglob("*") if path.is_file()}
+
+
+def refused(capsys, *expected: str) -> str:
+    """The one line that ended the command, after any progress bar of the work before it."""
+    lines = capsys.readouterr().err.strip().splitlines()
+    errors = [line for line in lines if "distill: error:" in line]
+    assert len(errors) == 1 and errors[0] == lines[-1], lines
+    assert all(text in errors[0] for text in expected), errors[0]
+    return errors[0]
+
+
+@pytest.fixture(scope="module")
+def finished(local_ray, corpus, tmp_path_factory) -> Path:
+    output_dir = tmp_path_factory.mktemp("distill") / "run"
+    assert distill(output_dir, corpus, "--baseline", "--shard_rows", "100") == 0
+    return output_dir
+
+
+def test_the_chain_ships_a_student_measured_against_its_teacher(finished, corpus, capsys):
+    report = json.loads((finished / "report.json").read_text())
+    rows = {(r["model"], r["engine"], r["decoding"]): r for r in report["evaluation"]["rows"]}
+    engines, decodings = ("PyTorch float32", "CTranslate2 int8"), ("greedy", "beam 4")
+    expected = {(m, e, d) for m in ("teacher", "student") for e in engines for d in decodings}
+    assert set(rows) == expected | {("baseline", "PyTorch float32", d) for d in decodings}
+    for row in rows.values():
+        assert row["sentences_per_second"] > 0 and row["tokens_per_second"] > 0 and row["size_mb"] > 0
+        assert 0 <= row["bleu"] <= 100 and 0 <= row["chrf"] <= 100
+    assert report["evaluation"]["test_sentences"] == 30 and report["evaluation"]["threads"] == 1
+    student, teacher = rows[("student", *HEADLINE)], rows[("teacher", *HEADLINE)]
+    assert student["parameters"] < teacher["parameters"]
+    gap = report["gap"]["student, PyTorch float32, beam 4"]
+    assert gap["bleu"] == pytest.approx(student["bleu"] - teacher["bleu"], abs=0.02)
+    assert gap["speed"] == pytest.approx(student["sentences_per_second"] / teacher["sentences_per_second"], abs=0.01)
+    assert set(report["distillation_gain"]) == set(decodings)
+    assert list(report["seconds"])[:5] == ["corpus", "teacher-translations", "distilled", "student-init", "student"]
+    assert "# Distillation report" in (finished / "report.md").read_text()
+
+    # The corpus: every training line translated once, each kept or dropped by one rule, and those kept train.
+    counts = report["corpus"]
+    assert counts["translated"] == 300
+    assert counts["kept"] + sum(counts["dropped"].values()) == 300
+    dropped = counts["dropped"]
+    assert dropped["score"] == int(0.05 * (300 - dropped["empty"] - dropped["length_ratio"] - dropped["duplicates"]))
+    assert len((finished / "distilled" / "train.jsonl").read_text().splitlines()) == counts["kept"]
+    sources = [json.loads(line)["text"] for line in (finished / "corpus" / "sources.jsonl").read_text().splitlines()]
+    translated = [row["text"] for shard in (finished / "teacher-translations").glob("*.parquet")
+                  for row in pq.read_table(shard).to_pylist()]  # fmt: skip
+    assert sorted(translated) == sorted(sources)
+
+    # The student: the teacher's width and encoder, one decoder layer; loadable by transformers and the engines.
+    teacher = AutoModelForSeq2SeqLM.from_pretrained(tiny_translator_dir())
+    student = AutoModelForSeq2SeqLM.from_pretrained(finished / "student")
+    assert (student.config.d_model, student.config.encoder_layers) == (teacher.config.d_model, 2)
+    assert student.config.decoder_layers == 1 and student.config.vocab_size == teacher.config.vocab_size
+    assert report["student"]["copied_layers"] == {"encoder": [0, 1], "decoder": [0]}
+    assert (finished / "student-ctranslate2-int8" / "model.bin").is_file()
+    assert json.loads((finished / "student" / "metrics.json").read_text())["training"]["steps"] == 4
+    assert json.loads((finished / "baseline" / "metrics.json").read_text())["training"]["steps"] == 4
+    card = (finished / "student" / "README.md").read_text()
+    assert "## Distillation" in card and tiny_translator_dir().name in card
+
+
+def test_a_rerun_of_a_finished_run_changes_nothing_and_prints_the_report(finished, corpus, capsys):
+    before = stamps(finished)
+    capsys.readouterr()
+    assert distill(finished, corpus, "--baseline", "--shard_rows", "100") == 0
+    out = capsys.readouterr().out
+    assert "report: complete" in out and "# Distillation report" in out and "starting" not in out
+    assert stamps(finished) == before
+
+
+@pytest.mark.parametrize(
+    "options, expected",
+    [
+        (["--num_beams", "5"], ("teacher-translations step was made with --num_beams 4", "this run gives 5")),
+        (["--student_layers", "1,1"], ('student-init step was made with --student_layers "2,1"', '"1,1"')),
+        (["--drop_worst", "0.1"], ("distilled step was made with --drop_worst 0.05", "0.1")),
+        (["--learning_rate", "1e-3"], ("student step was made with --learning_rate (not given)", '"1e-3"')),
+    ],
+    ids=["teacher", "student-init", "distilled", "training"],
+)
+def test_a_rerun_with_other_options_is_refused_naming_the_option_and_both_values(
+    finished, corpus, capsys, options, expected
+):
+    before = stamps(finished)
+    capsys.readouterr()
+    assert distill(finished, corpus, "--baseline", "--shard_rows", "100", *options) == 2
+    refused(capsys, *expected)
+    assert stamps(finished) == before
+
+
+STEPS = ["corpus", "teacher-translations", "distilled", "student-init", "student", "baseline"]
+STEPS += ["student-ctranslate2-int8", "teacher-ctranslate2-int8", "report"]
+
+
+def interrupted(finished: Path, run: Path, step: str) -> Path:
+    """A copy of the finished run as a kill during `step` leaves it: `step` not recorded as complete, nothing after."""
+    shutil.copytree(finished, run)
+    record = json.loads((run / "steps" / f"{step}.json").read_text())
+    (run / "steps" / f"{step}.json").write_text(json.dumps({**record, "complete": False}))
+    for later in STEPS[STEPS.index(step) + 1 :]:
+        (run / "steps" / f"{later}.json").unlink()
+        for output in (later,) if later != "report" else ("report.json", "report.md"):
+            shutil.rmtree(run / output) if (run / output).is_dir() else (run / output).unlink()
+    return run
+
+
+def test_an_interrupted_steps_half_written_files_are_refused_and_nothing_finished_is_lost(
+    finished, corpus, tmp_path, capsys
+):
+    # A folder written whole whose step did not record its end, and a training killed while writing its checkpoint.
+    run = interrupted(finished, tmp_path / "distilled", "distilled")
+    before = stamps(run)
+    capsys.readouterr()
+    assert distill(run, corpus, "--baseline", "--shard_rows", "100") == 2
+    refused(capsys, f"{run / 'distilled'}: an interrupted run of the distilled step", "remove it")
+    assert stamps(run) == before
+
+    run = interrupted(finished, tmp_path / "student", "student")
+    shutil.rmtree(run / "student")
+    (run / "student" / "checkpoint-2").mkdir(parents=True)
+    (run / "student" / "checkpoint-2" / "model.safetensors").write_bytes(b"")
+    before = stamps(run)
+    assert distill(run, corpus, "--baseline", "--shard_rows", "100") == 2
+    refused(capsys, f"{run / 'student'}: an interrupted training left no complete checkpoint", "trainer_state.json")
+    assert stamps(run) == before
+
+
+def test_bad_input_is_one_line_and_exit_2_before_anything_is_written(corpus, tmp_path, capsys):
+    from hf_vanilla_transformer import VanillaTransformerForSequenceClassification
+
+    classifier = tmp_path / "classifier"
+    VanillaTransformerForSequenceClassification(tiny_config(num_labels=2)).save_pretrained(classifier)
+    french = write_jsonl(tmp_path / "fr.jsonl", [("Bonjour.", "Hello.")])  # keyed "de" and "en" by the helper
+    Path(french).write_text(Path(french).read_text().replace('"de"', '"fr"'))
+    tiny_translator_dir()
+    capsys.readouterr()  # the models' saving
+    cases = [
+        (["--teacher", classifier], "holds a sequence classifier"),
+        (["--teacher", tmp_path], "holds no model"),
+        (["--student_d_model", "32"], "--init copy: the student's d_model 32 is not the teacher's 64"),
+        (["--student_layers", "3,1"], "the student's 3 encoder layers are more than the teacher's 2"),
+        (
+            ["--student_heads", "3"],
+            "--student_*) do not fit: VanillaTransformerConfig: `encoder_attention_heads` must",
+        ),
+        (["--d_model", "32"], "--d_model is not an option of distill: --student_d_model decides it"),
+        (["--drop_worst", "1"], "--drop_worst must be a share in [0, 1)"),
+        (["--export", "tflite"], "--export tflite: expected some of onnx, transformers.js"),
+    ]
+    for options, message in cases:
+        output_dir = tmp_path / "out"
+        argv = ["distill", "--teacher", tiny_translator_dir(), "--output_dir", output_dir, *options]
+        assert cli.main([str(word) for word in argv]) == 2, options
+        refused(capsys, message)
+        assert not output_dir.exists()
+    # A corpus without the languages' columns: refused by the corpus step, which leaves no result behind.
+    output_dir = tmp_path / "out"
+    argv = ["distill", "--teacher", tiny_translator_dir(), "--output_dir", output_dir, "--train_file", french]
+    argv += ["--test_file", french]
+    assert cli.main([str(word) for word in argv]) == 2
+    refused(capsys, "language column(s) ['de'] not found")
+    assert sorted(path.name for path in output_dir.iterdir()) == ["steps"]
+    with pytest.raises(SystemExit) as exit_:  # the recipe's options are checked before any step
+        cli.main([str(word) for word in [*argv, "--max_stepz", "3"]])
+    assert exit_.value.code == 2
+    refused(capsys, "unrecognized arguments: --max_stepz 3")
+
+
+@pytest.mark.slow
+def test_a_kill_during_the_teachers_translations_then_a_rerun_translates_every_line_once(
+    local_ray, corpus, tmp_path, capsys
+):
+    """The killed run joins this module's Ray (--address), whose actors outlive their driver only as long as Ray
+    takes to clean them up; the rerun completes the shards that the kill left missing or half-written."""
+    monolingual = tmp_path / "mono.de"
+    monolingual.write_text("".join(f"{de}\n" for de, _ in short_pairs(2000)[350:1500]))
+    output_dir = tmp_path / "run"
+    options = ["--monolingual", monolingual, "--shard_rows", "50", "--address", local_ray]
+    process = subprocess.Popen(
+        [sys.executable, "-m", "hf_vanilla_transformer", *distill_argv(output_dir, corpus, *options)],
+        cwd=ROOT,
+        env={**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    shards = output_dir / "teacher-translations"
+    deadline = time.monotonic() + 300
+    while process.poll() is None and len(list(shards.glob("mono-*.parquet"))) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    written = {path: path.stat().st_mtime_ns for path in shards.glob("*.parquet")}
+    total = 300 // 50 + 1150 // 50
+    assert 2 <= len(written) < total, "the kill came after the teacher's translations"
+    assert not json.loads((output_dir / "steps" / "teacher-translations.json").read_text())["complete"]
+
+    assert distill(output_dir, corpus, *options) == 0
+    record = json.loads((output_dir / "steps" / "teacher-translations.json").read_text())
+    assert record["complete"] and record["attempts"] == 2 and record["result"]["skipped"] >= len(written)
+    assert all(path.stat().st_mtime_ns == mtime for path, mtime in written.items())
+    rows = [row for shard in shards.glob("*.parquet") for row in pq.read_table(shard).to_pylist()]
+    sources = [row["text"] for row in rows if "reference" in row]
+    assert sorted(row["row"] for row in rows if "row" in row) == list(range(300)) and len(sources) == 300
+    assert sorted(row["text"] for row in rows if "row" not in row) == sorted(monolingual.read_text().splitlines())
+    assert not list(shards.glob(".*"))
+    report = json.loads((output_dir / "report.json").read_text())
+    assert report["corpus"]["translated"] == 300 + 1150
+
+
+# ------------------------------------------------------------------------------------------------------ the parts
+
+
+def test_copy_init_starts_from_the_teachers_embeddings_and_evenly_chosen_layers():
+    assert layers_to_copy(1, 6) == [0] and layers_to_copy(2, 6) == [0, 5] and layers_to_copy(3, 12) == [0, 6, 11]
+    teacher = VanillaTransformerForConditionalGeneration(tiny_config(encoder_layers=4, decoder_layers=3))
+    config = student_config(teacher.config, StudentSizes.of(teacher.config, "shallow", decoder_layers=2), None)
+    student, picks = build_student(config, teacher)
+    assert picks == {"encoder": [0, 1, 2, 3], "decoder": [0, 2]}
+    assert torch.equal(student.model.shared.weight, teacher.model.shared.weight)
+    assert student.lm_head.weight.data_ptr() == student.model.shared.weight.data_ptr()
+    for own, teachers in ((0, 0), (1, 2)):
+        for name, tensor in student.model.decoder.layers[own].state_dict().items():
+            assert torch.equal(tensor, teacher.model.decoder.layers[teachers].state_dict()[name]), name
+    random, copied = build_student(config)
+    assert copied == {} and not torch.equal(random.model.shared.weight, teacher.model.shared.weight)
+
+
+def test_the_hypothesis_closest_to_the_reference_is_kept_and_each_filter_counts_its_pairs(tmp_path):
+    """Parallel lines keep the n-best entry with the best chrF against their reference, monolingual lines their first;
+    then empty sides, absurd length ratios, duplicates and the worst share by score per token go."""
+    import pyarrow as pa
+
+    from hf_vanilla_transformer.recipes.distill_data import distill_pairs
+
+    def nbest(*entries):
+        return [{"text": text, "score": score} for text, score in entries]
+
+    parallel = [
+        ("Ich bin müde.", "I am tired.", nbest(("I'm weary.", -0.1), ("I am tired.", -0.3))),
+        ("Er schläft.", "He sleeps.", nbest(("He is sleeping.", -0.2), ("He sleeps.", -0.4))),
+        ("Ja.", "Yes.", nbest(("Yes, yes, yes, yes, yes, yes, yes.", -0.1), ("No.", -0.2))),
+        ("Er schläft.", "He sleeps.", nbest(("He sleeps.", -0.4), ("He's asleep.", -0.1))),  # a duplicate pair
+        ("Wo?", "Where?", nbest(("", -0.1), ("", -0.5))),
+        ("Komm.", "Come.", nbest(("Come.", -2.5), ("Come on.", -3.0))),
+    ]
+    rows = [
+        dict(row=i, text=de, reference=en, translation=n[0]["text"], score=n[0]["score"], nbest=n)
+        for i, (de, en, n) in enumerate(parallel)
+    ]
+    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "sources-00.parquet")
+    mono = [dict(text="Gut.", translation="Good.", score=-0.2, nbest=nbest(("Good.", -0.2), ("Fine.", -0.1)))]
+    pq.write_table(pa.Table.from_pylist(mono), tmp_path / "mono-00.parquet")
+    references = write_jsonl(tmp_path / "references.jsonl", [("Hallo.", "Hello.")])
+    tokenizer = train_shared_bpe_tokenizer([text for de, en, _ in parallel for text in (de, en)], 120, min_frequency=1)
+    folder = tmp_path / "distilled"
+    folder.mkdir()
+    shards = sorted(tmp_path.glob("*.parquet"))
+    counts = distill_pairs(shards, folder, ("de", "en"), tokenizer, 1.0, 3.0, 0.2, references)
+    kept = [json.loads(line)["translation"] for line in (folder / "train.jsonl").read_text().splitlines()]
+    assert counts["dropped"] == {"empty": 1, "length_ratio": 1, "duplicates": 1, "score": 0}
+    assert counts["chosen_not_teachers_first"] == 2 and counts["translated"] == 7
+    assert kept == [
+        {"de": "Gut.", "en": "Good."},  # the monolingual shard's name comes first
+        {"de": "Ich bin müde.", "en": "I am tired."},
+        {"de": "Er schläft.", "en": "He sleeps."},
+        {"de": "Komm.", "en": "Come."},
+        {"de": "Hallo.", "en": "Hello."},
+    ]
+    assert counts == {**counts, "kept": 4, "references_added": 1, "training_pairs": 5}
+    folder = tmp_path / "without-the-worst"
+    folder.mkdir()
+    counts = distill_pairs(shards, folder, ("de", "en"), tokenizer, 1.0, 3.0, 0.25, None)
+    assert counts["dropped"]["score"] == 1 and "Komm." not in (folder / "train.jsonl").read_text()
