@@ -28,7 +28,7 @@ from ..model.modeling_vanilla_transformer import VanillaTransformerForSequenceCl
 from ..training.checkpoints import FileModesCallback, save_model
 from ..training.progress import TrainingProgressCallback
 from ..training.report import run_report, write_run_report
-from .common import DEMO_TRAINING, parse_recipe_arguments, single_stack_config
+from .common import DEMO_TRAINING, SINGLE_STACK_OPTIONS, parse_recipe_arguments, run_recipe, single_stack_config
 
 
 QUESTION_LABELS = ("statement", "question")  # label ids 0 and 1
@@ -126,6 +126,11 @@ DEMO_DEFAULTS = dict(
 
 
 def main(argv: list[str] | None = None, prog: str = "hf-vanilla-transformer train classification") -> int:
+    """The recipe; Ctrl-C or SIGTERM stops training after a step, and ends with one line (it does not resume)."""
+    return run_recipe(train, argv, prog, resumable=False)
+
+
+def train(argv: list[str] | None, prog: str, stop) -> int:
     defaults = dict(DEMO_DEFAULTS, dataloader_pin_memory=torch.cuda.is_available())
     args, training_args = parse_recipe_arguments(
         (ClassifierArguments, TrainingArguments), defaults, argv, prog, __doc__.split("\n\n")[0]
@@ -139,7 +144,12 @@ def main(argv: list[str] | None = None, prog: str = "hf-vanilla-transformer trai
     tokenizer = train_shared_bpe_tokenizer(sentences["train"]["text"], args.vocab_size)
     sizes = dict(d_model=args.d_model, layers=args.layers, heads=args.heads, ffn_dim=args.ffn_dim)
     config = classifier_config(
-        tokenizer, QUESTION_LABELS, **sizes, dropout=args.dropout, classifier_pooling=args.pooling
+        tokenizer,
+        QUESTION_LABELS,
+        **sizes,
+        dropout=args.dropout,
+        classifier_pooling=args.pooling,
+        options=SINGLE_STACK_OPTIONS,
     )
     model = VanillaTransformerForSequenceClassification(config)
     data = tokenize_for_classification(sentences, tokenizer)
@@ -151,10 +161,15 @@ def main(argv: list[str] | None = None, prog: str = "hf-vanilla-transformer trai
         processing_class=tokenizer,
         data_collator=DataCollatorWithPadding(tokenizer),
         compute_metrics=classification_metrics,
-        callbacks=[TrainingProgressCallback(args.max_train_minutes), FileModesCallback()],
+        callbacks=[TrainingProgressCallback(args.max_train_minutes), FileModesCallback(), stop],
     )
-    trainer.train()
-    save_model(trainer)  # model (with id2label), tokenizer and code files
+    with stop.deferred():  # a stop ends training after a step; a finished run's model is saved whole
+        trainer.train()
+        if stop.stopped_at is not None:
+            return 0
+        save_model(trainer)  # model (with id2label), tokenizer and code files
+    if stop.signal is not None:
+        return 0
 
     validation = trainer.evaluate()
     test = trainer.predict(data["test"], metric_key_prefix="test")

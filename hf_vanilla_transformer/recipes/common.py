@@ -2,6 +2,9 @@
 tokenizer -> a configuration, and the argument parsing of `hf-vanilla-transformer train ...`."""
 
 import os
+import re
+import signal
+import sys
 
 from huggingface_hub.errors import StrictDataclassError
 from transformers import HfArgumentParser, MarianConfig, PreTrainedConfig
@@ -9,6 +12,7 @@ from transformers import HfArgumentParser, MarianConfig, PreTrainedConfig
 from ..data.tokenizer import MIN_VOCAB_SIZE
 from ..errors import InputError, OneLineErrors, check_minimums
 from ..model.configuration_vanilla_transformer import VanillaTransformerConfig
+from ..training.progress import StopOnSignals
 
 
 # Section 5.3: Adam with beta1 = 0.9, beta2 = 0.98 and epsilon = 1e-9; the learning rate rises linearly over the
@@ -64,6 +68,15 @@ def expand_sizes(d_model: int, layers: int | tuple[int, int], heads: int, ffn_di
     )
 
 
+# The options of the single-stack recipes (language-modeling, classification) that set each configuration field: a
+# configuration error names what the user typed.
+SINGLE_STACK_OPTIONS = {
+    **expand_sizes("--d_model", "--layers", "--heads", "--ffn_dim"),
+    "vocab_size": "--vocab_size",
+    "dropout": "--dropout",
+}
+
+
 def tokenizer_fields(tokenizer) -> dict:
     """The vocabulary size and special token ids of a configuration that fits `tokenizer`: decoding starts from its
     `<s>`, as in this package's tokenizers."""
@@ -76,19 +89,24 @@ def tokenizer_fields(tokenizer) -> dict:
     )
 
 
-def model_config_for(architecture: str = "vanilla", **fields) -> PreTrainedConfig:
+def model_config_for(
+    architecture: str = "vanilla", options: dict[str, str] | None = None, **fields
+) -> PreTrainedConfig:
     """A `VanillaTransformerConfig` (`"vanilla"`) or a `MarianConfig` (`"marian"`) with `fields` (sizes from
-    [`expand_sizes`], [`tokenizer_fields`], dropout...); sizes that do not fit together are an [`InputError`].
+    [`expand_sizes`], [`tokenizer_fields`], dropout...); sizes that do not fit together are an [`InputError`], which
+    names the command-line option behind a field where `options` (field -> option) says which.
 
     MarianMTModel then has this package's architecture: sinusoidal positions, post-norm, ReLU, one embedding matrix
     scaled by sqrt(d_model) and shared by source, target and output, no dropout on attention or activations, and no
-    forced end-of-sequence token (our models end sentences themselves).
+    forced end-of-sequence token (our models end sentences themselves). Its sizes are checked by this package's
+    configuration (the same fields): MarianConfig checks none, and its model fails with its layers' names.
     """
     if architecture not in ARCHITECTURES:
         raise InputError(f"--architecture must be one of {ARCHITECTURES}, got {architecture!r}.")
     try:
+        config = VanillaTransformerConfig(**fields)
         if architecture == "vanilla":
-            return VanillaTransformerConfig(**fields)
+            return config
         same_architecture = dict(
             activation_function="relu",
             scale_embedding=True,
@@ -100,7 +118,18 @@ def model_config_for(architecture: str = "vanilla", **fields) -> PreTrainedConfi
         )
         return MarianConfig(**{**same_architecture, **fields})
     except (ValueError, StrictDataclassError) as error:  # sizes that do not fit together, named by the configuration
-        raise InputError(str(error.__cause__ or error)) from None
+        raise InputError(named_as_options(str(error.__cause__ or error), options or {})) from None
+
+
+def named_as_options(message: str, options: dict[str, str]) -> str:
+    """A configuration's `message` with the fields that `options` maps (`encoder_attention_heads`, d_model=256)
+    named as the options the user typed (--attention_heads, --d_model 256)."""
+    if not options:
+        return message
+    message = re.sub(r"^\w+Config: ", "", message)
+    names = "|".join(map(re.escape, sorted(options, key=len, reverse=True)))
+    message = re.sub(rf"`({names})`", lambda match: options[match[1]], message)
+    return re.sub(rf"\b({names})=", lambda match: f"{options[match[1]]} ", message)
 
 
 def single_stack_config(
@@ -110,13 +139,31 @@ def single_stack_config(
     heads: int = 4,
     ffn_dim: int = 1024,
     max_position_embeddings: int = 128,
+    options: dict[str, str] | None = None,
     **kwargs,
 ) -> VanillaTransformerConfig:
     """A config that fits `tokenizer` for a model of one stack: pass `is_encoder_decoder=False` for
     [`VanillaTransformerForCausalLM`]; [`VanillaTransformerForSequenceClassification`] takes either. `kwargs` go to the
-    config."""
+    config; `options` as in [`model_config_for`]."""
     fields = dict(expand_sizes(d_model, layers, heads, ffn_dim), **tokenizer_fields(tokenizer), **kwargs)
-    return model_config_for("vanilla", max_position_embeddings=max_position_embeddings, **fields)
+    return model_config_for("vanilla", options, max_position_embeddings=max_position_embeddings, **fields)
+
+
+def run_recipe(train, argv: list[str] | None, prog: str, resumable: bool = True) -> int:
+    """`train(argv, prog, stop)`, a recipe, with Ctrl-C and SIGTERM handled by `stop`, a [`StopOnSignals`] that the
+    recipe adds to its trainer: a stop ends with one line saying where the run stopped and how to continue, and
+    exit status 128 + the signal's number (130 for Ctrl-C)."""
+    stop = StopOnSignals(resumable)
+    with stop.handling():
+        try:
+            status = train(argv, prog, stop)
+        except KeyboardInterrupt:
+            stop.signal = stop.signal or signal.SIGINT
+    if stop.signal is None:
+        return status
+    if int(os.environ.get("RANK", "0")) == 0:  # one line from all the processes of a distributed run
+        print(f"{prog}: {stop.ending()}", file=sys.stderr)
+    return stop.exit_status
 
 
 class RecipeArgumentParser(OneLineErrors, HfArgumentParser):
@@ -151,9 +198,11 @@ __all__ = [
     "DEMO_SIZES",
     "DEMO_TRAINING",
     "PAPER_OPTIMIZER",
+    "SINGLE_STACK_OPTIONS",
     "expand_sizes",
     "model_config_for",
     "parse_recipe_arguments",
+    "run_recipe",
     "single_stack_config",
     "tokenizer_fields",
 ]

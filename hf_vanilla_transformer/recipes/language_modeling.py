@@ -36,7 +36,7 @@ from ..model.modeling_vanilla_transformer import VanillaTransformerForCausalLM
 from ..training.checkpoints import FileModesCallback, save_model
 from ..training.progress import TrainingProgressCallback
 from ..training.report import run_report, write_run_report
-from .common import DEMO_TRAINING, parse_recipe_arguments, single_stack_config
+from .common import DEMO_TRAINING, SINGLE_STACK_OPTIONS, parse_recipe_arguments, run_recipe, single_stack_config
 
 
 def train_language_model_tokenizer(
@@ -153,6 +153,11 @@ DEMO_DEFAULTS = dict(
 
 
 def main(argv: list[str] | None = None, prog: str = "hf-vanilla-transformer train language-modeling") -> int:
+    """The recipe; Ctrl-C or SIGTERM stops training after a step, and ends with one line (it does not resume)."""
+    return run_recipe(train, argv, prog, resumable=False)
+
+
+def train(argv: list[str] | None, prog: str, stop) -> int:
     defaults = dict(DEMO_DEFAULTS, dataloader_pin_memory=torch.cuda.is_available())
     args, training_args = parse_recipe_arguments(
         (LanguageModelArguments, TrainingArguments), defaults, argv, prog, __doc__.split("\n\n")[0]
@@ -166,7 +171,7 @@ def main(argv: list[str] | None = None, prog: str = "hf-vanilla-transformer trai
     tokenizer = train_language_model_tokenizer(corpus["train"]["text"], args.vocab_size, args.max_length)
     config = single_stack_config(
         tokenizer, args.d_model, args.layers, args.heads, args.ffn_dim, args.max_length, is_encoder_decoder=False,
-        dropout=args.dropout,
+        dropout=args.dropout, options={**SINGLE_STACK_OPTIONS, "max_position_embeddings": "--max_length"},
     )  # fmt: skip
     model = VanillaTransformerForCausalLM(config)
     model.generation_config = sampling_generation_config(
@@ -180,10 +185,15 @@ def main(argv: list[str] | None = None, prog: str = "hf-vanilla-transformer trai
         eval_dataset=data["validation"],
         processing_class=tokenizer,
         data_collator=DataCollatorForSeq2Seq(tokenizer),  # pads labels with -100
-        callbacks=[TrainingProgressCallback(args.max_train_minutes), FileModesCallback()],
+        callbacks=[TrainingProgressCallback(args.max_train_minutes), FileModesCallback(), stop],
     )
-    trainer.train()
-    save_model(trainer)  # model, tokenizer, generation config and code files
+    with stop.deferred():  # a stop ends training after a step; a finished run's model is saved whole
+        trainer.train()
+        if stop.stopped_at is not None:
+            return 0
+        save_model(trainer)  # model, tokenizer, generation config and code files
+    if stop.signal is not None:
+        return 0
 
     results = {}
     for split in ("validation", "test"):

@@ -52,6 +52,7 @@ from ..training.checkpoints import (
     verify_checkpoint,
 )
 from ..training.metrics import build_compute_metrics
+from ..training.progress import StopOnSignals
 from ..training.report import run_report, write_run_report
 from ..training.trainer import TranslationDataCollator, TranslationTrainer, noam_learning_rate
 from .common import (
@@ -61,6 +62,7 @@ from .common import (
     expand_sizes,
     model_config_for,
     parse_recipe_arguments,
+    run_recipe,
     tokenizer_fields,
 )
 
@@ -236,6 +238,8 @@ class RecipeArguments:
 DEMO_STEPS = 2300
 DEMO_BLEU, DEMO_RESULT = 36.67, "docs/results/2026-11-26-emerald-rapids.md"
 DEMO_BLEU_MARGIN = 3.0
+# The final scoring stays proportionate to the training ([`scored_pairs`]): at least one evaluation batch of the demo.
+MIN_SCORED_PAIRS = 64
 DEMO_DEFAULTS = dict(
     **DEMO_TRAINING,
     output_dir="outputs/demo-de-en",
@@ -276,7 +280,7 @@ def given_options(argv: list[str] | None) -> set[str]:
     """The options `argv` names, of those that change the recipe's defaults."""
     parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
     options = ("train_file", "validation_file", "test_file", "dataset_name", "output_dir", "paper_preset")
-    for option in (*options, "tokens_per_update"):
+    for option in (*options, "tokens_per_update", "max_eval_samples", "max_test_samples"):
         parser.add_argument(f"--{option}", nargs="*")
     known, _ = parser.parse_known_args(argv or [])
     return {option for option, value in vars(known).items() if value is not None}
@@ -427,6 +431,13 @@ def check_lengths(data_args, recipe_args, positions: int):
         )
 
 
+# The options that set each configuration field: a configuration error names what the user typed.
+SIZE_OPTIONS = {
+    **expand_sizes("--d_model", ("--encoder_layers", "--decoder_layers"), "--attention_heads", "--ffn_dim"),
+    **{name: f"--{name}" for name in ("dropout", "label_smoothing", "vocab_size", "max_position_embeddings")},
+}
+
+
 def build_model(model_args, tokenizer):
     if model_args.model_name_or_path:
         return AutoModelForSeq2SeqLM.from_pretrained(model_args.model_name_or_path, trust_remote_code=True)
@@ -440,11 +451,18 @@ def build_model(model_args, tokenizer):
         }
     fields = dict(tokenizer_fields(tokenizer), max_position_embeddings=model_args.max_position_embeddings)
     if model_args.architecture == "vanilla":
-        fields["norm_first"] = model_args.norm_first
-    return AutoModelForSeq2SeqLM.from_config(model_config_for(model_args.architecture, **sizes, **fields))
+        fields.update(norm_first=model_args.norm_first, label_smoothing=model_args.label_smoothing)
+    config = model_config_for(model_args.architecture, SIZE_OPTIONS, **sizes, **fields)
+    return AutoModelForSeq2SeqLM.from_config(config)
 
 
 def main(argv: list[str] | None = None, prog: str = "hf-vanilla-transformer train translation") -> int:
+    """The recipe; Ctrl-C or SIGTERM stops training after a step with its checkpoint, and ends with one line saying
+    how to continue."""
+    return run_recipe(train, argv, prog)
+
+
+def train(argv: list[str] | None, prog: str, stop: StopOnSignals) -> int:
     model_args, data_args, recipe_args, training_args = parse_args(argv, prog)
     logging.basicConfig(
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
@@ -486,6 +504,10 @@ def main(argv: list[str] | None = None, prog: str = "hf-vanilla-transformer trai
     check_lengths(data_args, recipe_args, positions)
     datasets, lengths_report = tokenize_splits(corpus, tokenizer, data_args, training_args, positions)
     del corpus  # unmaps the texts, whose pages the BPE and the tokenizer read: 1 GB at 4.5 million pairs
+    if "validation" in datasets and training_args.max_steps > 0:  # the epochs' steps are known once training starts
+        given = "max_eval_samples" in given_options(argv)
+        pairs = scored_pairs(len(datasets["validation"]), training_args.max_steps, given)
+        datasets["validation"] = datasets["validation"].select(range(pairs))
     trainer = TranslationTrainer(
         model=model,
         args=training_args,
@@ -505,13 +527,25 @@ def main(argv: list[str] | None = None, prog: str = "hf-vanilla-transformer trai
         tokens_per_update=recipe_args.tokens_per_update,
         max_train_minutes=recipe_args.max_train_minutes,
     )
-    trainer.train(resume_from_checkpoint=resume_from)
-    averaged = average_last_checkpoints(trainer, recipe_args.average_last)
-    save_model(trainer)  # model, tokenizer, generation config and code files: ready to share
-    trainer.save_state()
+    trainer.add_callback(stop)
+    with stop.deferred():  # a stop saves a checkpoint; a finished run's model is saved whole
+        trainer.train(resume_from_checkpoint=resume_from)
+        if stop.stopped_at is not None:
+            return 0
+        averaged = average_last_checkpoints(trainer, recipe_args.average_last)
+        save_model(trainer)  # model, tokenizer, generation config and code files: ready to share
+        trainer.save_state()
+    if stop.signal is not None:
+        return 0
 
-    validation = trainer.evaluate() if "validation" in datasets else {}  # also the last point of the BLEU curve
-    test = trainer.predict(datasets["test"], metric_key_prefix="test").metrics if "test" in datasets else {}
+    # The last point of the BLEU curve: the evaluation Trainer ran after the last step, unless the weights changed.
+    validation = {} if averaged else last_evaluation(trainer)
+    if "validation" in datasets and not validation:
+        validation = trainer.evaluate()
+    test, test_pairs = {}, len(datasets.get("test", []))
+    if "test" in datasets:
+        scored = scored_pairs(test_pairs, trainer.state.global_step, "max_test_samples" in given_options(argv))
+        test = trainer.predict(datasets["test"].select(range(scored)), metric_key_prefix="test").metrics
     if trainer.is_world_process_zero():
         bundled = data_args.dataset_name is None and data_args.train_file is None
         batching = {
@@ -535,13 +569,31 @@ def main(argv: list[str] | None = None, prog: str = "hf-vanilla-transformer trai
             total_seconds=time.time() - started,
             recipe={**batching, **data_report, **lengths_report, "averaged_checkpoints": averaged},
             validation=_scores(validation, "eval"),
-            test={**_scores(test, "test"), "num_beams": model.generation_config.num_beams,
+            test={**_scores(test, "test"), "pairs_in_split": test_pairs,
+                  "num_beams": model.generation_config.num_beams,
                   "length_penalty": model.generation_config.length_penalty},
             command=f"{prog} {shlex.join(argv or [])}".strip(),
         )  # fmt: skip
         write_run_report(output_dir, report, trainer.state.log_history)
         print_summary(report, model, tokenizer, recipe_args.translate or [], output_dir, demo=bundled)
     return 0
+
+
+def scored_pairs(pairs: int, steps: int, given: bool) -> int:
+    """How many of a validation or test split's `pairs` a run of `steps` training steps scores: all that
+    --max_eval_samples / --max_test_samples left where `given`, else one per step, at least `MIN_SCORED_PAIRS`. An
+    undertrained model decodes every pair to the length limit (source + 50 tokens, 4 beams), so a smoke run of 5 steps
+    would otherwise score for minutes; the demo's 2,300 steps score its whole test split."""
+    return pairs if given else min(pairs, max(MIN_SCORED_PAIRS, steps))
+
+
+def last_evaluation(trainer) -> dict:
+    """The metrics of the evaluation that Trainer ran after the last step ({} when it ran none there)."""
+    step = trainer.state.global_step
+    return next(
+        (entry for entry in reversed(trainer.state.log_history) if entry.get("step") == step and "eval_loss" in entry),
+        {},
+    )
 
 
 def average_last_checkpoints(trainer, n: int) -> list[str]:
@@ -567,10 +619,13 @@ def _scores(metrics: dict, prefix: str) -> dict:
 def print_summary(report, model, tokenizer, sentences, output_dir, demo: bool = False):
     test, training = report["test"], report["training"]
     if test.get("bleu") is not None:
-        print(
-            f"\nTest set ({test['num_samples']} pairs, beam {test['num_beams']}): BLEU {test['bleu']:.2f}  "
-            f"chrF {test['chrf']:.2f}"
-        )
+        pairs = f"{test['num_samples']:,} pairs"
+        if test["num_samples"] < test["pairs_in_split"]:
+            pairs = (
+                f"the first {test['num_samples']:,} of {test['pairs_in_split']:,} pairs: one per training step, at "
+                f"least {MIN_SCORED_PAIRS}; --max_test_samples {test['pairs_in_split']} scores them all"
+            )
+        print(f"\nTest set ({pairs}; beam {test['num_beams']}): BLEU {test['bleu']:.2f}  chrF {test['chrf']:.2f}")
     averaged = training.get("averaged_checkpoints")
     print(
         f"Trained {training['steps']} steps ({training['epochs']} epochs) in {training['runtime_seconds'] / 60:.1f} "

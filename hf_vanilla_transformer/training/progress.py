@@ -1,10 +1,17 @@
-"""The real number of steps and the time left, in the progress bar and the log; an optional wall-clock budget."""
+"""The real number of steps and the time left, in the progress bar and the log; an optional wall-clock budget; a
+stop on Ctrl-C or SIGTERM after a step, with its checkpoint."""
 
+import contextlib
+import signal
 import time
+from pathlib import Path
 
 import torch
 from transformers import ProgressCallback, TrainerCallback
 from transformers.utils import logging
+
+from ..errors import InputError
+from .checkpoints import last_complete_checkpoint
 
 
 logger = logging.get_logger(__name__)
@@ -57,3 +64,114 @@ class TrainingProgressCallback(TrainerCallback):
             total = self.total_steps(state)
             left = (time.monotonic() - self.start) / done * (total - state.global_step)
             logger.info(f"Step {state.global_step:,} of {total:,}, about {left / 60:.1f} min left.")
+
+
+# Ctrl-C, and what schedulers, containers and `torchrun` send to stop a process.
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+class StopOnSignals(TrainerCallback):
+    """Ctrl-C (SIGINT) or SIGTERM in a training command: within [`deferred`], training stops after the step in hand
+    with a checkpoint (in every process after the same step, or DDP hangs), which `--resume_from_checkpoint last`
+    continues; elsewhere, and at a second Ctrl-C while training, the signal raises `KeyboardInterrupt` at once.
+    [`ending`] says in one sentence where the run stopped and how to continue it.
+
+        stop = StopOnSignals()
+        with stop.handling():
+            try:
+                ...
+                trainer.add_callback(stop)
+                with stop.deferred():
+                    trainer.train()
+                    save_model(trainer)
+            except KeyboardInterrupt:
+                ...
+        if stop.signal: print(stop.ending()); return stop.exit_status
+
+    `resumable=False`, for a command that does not resume: training stops after the step without a checkpoint.
+
+    transformers' own `enable_jit_checkpoint` handles SIGTERM alone, a few seconds later, and in each process on
+    its own.
+    """
+
+    def __init__(self, resumable: bool = True):
+        self.resumable = resumable  # whether the command resumes from checkpoints
+        self.signal = None  # the first signal received
+        self.stopped_at = None  # the step whose checkpoint training stopped at
+        self.output_dir = self.step = None  # known once training began
+        self.trained = False
+        self._deferring = self._training = False
+
+    @property
+    def exit_status(self) -> int:
+        """128 + the signal's number, as a shell reports a process that a signal ended (130 for Ctrl-C)."""
+        return 128 + (self.signal or signal.SIGINT)
+
+    @contextlib.contextmanager
+    def handling(self):
+        """SIGINT and SIGTERM handled as this callback says while the block runs; the former handlers after."""
+        previous = {number: signal.signal(number, self._received) for number in STOP_SIGNALS}
+        try:
+            yield self
+        finally:
+            for number, handler in previous.items():
+                signal.signal(number, handler)
+
+    @contextlib.contextmanager
+    def deferred(self):
+        """Signals stop training after a step, and wait for the rest of the block (saving the model) to end."""
+        self._deferring = True
+        try:
+            yield self
+        finally:
+            self._deferring = False
+
+    def _received(self, number, frame):
+        first = self.signal is None
+        self.signal = self.signal or number
+        if not self._deferring or (self._training and not first and number == signal.SIGINT):
+            raise KeyboardInterrupt
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self._training, self.output_dir, self.step = True, Path(args.output_dir), state.global_step
+
+    def on_train_end(self, args, state, control, **kwargs):
+        self._training, self.trained, self.step = False, self.stopped_at is None, state.global_step
+
+    def on_step_end(self, args, state, control, **kwargs):
+        self.step = state.global_step
+        stop = self.signal is not None
+        if torch.distributed.is_available() and torch.distributed.is_initialized():  # one verdict for every process
+            verdict = torch.tensor(float(stop), device=args.device)
+            torch.distributed.all_reduce(verdict, op=torch.distributed.ReduceOp.MAX)
+            stop = bool(verdict.item())
+        if stop and state.global_step < state.max_steps:  # (the last step saves the finished model anyway)
+            self.signal = self.signal or signal.SIGTERM  # a process that received nothing stops with the others
+            self.stopped_at = state.global_step
+            control.should_training_stop, control.should_save = True, self.resumable
+            control.should_evaluate = False
+        return control
+
+    def ending(self) -> str:
+        """Where the run stopped, and how to go on, in one sentence."""
+        if self.output_dir is None:
+            return "interrupted before training started; nothing was written."
+        if self.stopped_at is not None and not self.resumable:
+            return f"stopped at step {self.stopped_at:,}; this recipe does not resume: run it again to start over."
+        if self.stopped_at is not None:
+            return (
+                f"stopped at step {self.stopped_at:,}, saved as {self.output_dir / f'checkpoint-{self.stopped_at}'}: "
+                "run the same command with --resume_from_checkpoint last to continue."
+            )
+        if self.trained:
+            return f"interrupted after training; the trained model is in {self.output_dir}, not scored."
+        if not self.resumable:
+            return f"interrupted at step {self.step:,}; this recipe does not resume: run it again to start over."
+        try:
+            checkpoint = last_complete_checkpoint(self.output_dir)
+        except InputError:  # none complete
+            return f"interrupted at step {self.step:,}, before any checkpoint: run the command again to start over."
+        return (
+            f"interrupted at step {self.step:,}: run the same command with --resume_from_checkpoint last to continue "
+            f"from {checkpoint.name}."
+        )

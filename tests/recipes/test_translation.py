@@ -3,6 +3,7 @@ resume, refusal to overwrite, checkpoint averaging, two processes."""
 
 import json
 import os
+import signal
 import subprocess
 import sys
 
@@ -14,8 +15,23 @@ from transformers import (
 )
 
 from hf_vanilla_transformer.errors import InputError
-from hf_vanilla_transformer.training.checkpoints import average_checkpoints, last_checkpoints
-from tests.helpers import PAIRS, ROOT, TINY_MODEL, logged, logged_losses, run_distributed, run_training, write_jsonl
+from hf_vanilla_transformer.training.checkpoints import (
+    average_checkpoints,
+    checkpoint_folders,
+    last_checkpoints,
+    verify_checkpoint,
+)
+from tests.helpers import (
+    PAIRS,
+    ROOT,
+    TINY_MODEL,
+    logged,
+    logged_losses,
+    run_distributed,
+    run_training,
+    tiny_tokenizer,
+    write_jsonl,
+)
 
 
 @pytest.fixture(scope="module")
@@ -436,3 +452,76 @@ def test_the_closing_note_names_the_reason_for_low_scores():
     assert closing_note(29.4, DEMO_STEPS, 4.9, good, demo=False) is None  # a user's corpus has no recorded figure
     assert repeated_phrase("go home go home go home now") == "go home"
     assert repeated_phrase("It is very, very cold.") is None
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_a_stopped_run_keeps_a_whole_checkpoint_says_how_to_continue_and_continues(tmp_path, pairs_file, stop):
+    """Ctrl-C or SIGTERM once training works: the step ends with its checkpoint, one line says how to resume, the
+    exit status is the shell's for that signal; resuming goes on from there."""
+    out = tmp_path / "run"
+    common = ["--output_dir", out, "--train_file", pairs_file, *TINY_MODEL, "--eval_strategy", "no"]
+    command = [sys.executable, "-m", "hf_vanilla_transformer", "train", "translation", *common]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
+    run = subprocess.Popen(
+        [*map(str, command), "--max_steps", "1000", "--save_steps", "1000", "--logging_steps", "1"],
+        env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    said = []
+    for line in run.stderr:  # the recipe's log: training began
+        said.append(line)
+        if "Training 1,000 steps from step 0" in line:
+            break
+    run.send_signal(stop)
+    said += run.communicate(timeout=600)[1].splitlines()
+    assert run.returncode == 128 + stop, "".join(said)[-3000:]
+    checkpoint = checkpoint_folders(out)[-1]
+    step = int(checkpoint.name.split("-")[1])
+    assert said[-1] == (
+        f"hf-vanilla-transformer train translation: stopped at step {step}, saved as {checkpoint}: run the same "
+        "command with --resume_from_checkpoint last to continue."
+    )
+    assert not any("Traceback" in line for line in said)
+    verify_checkpoint(checkpoint)  # whole
+    assert not (out / "model.safetensors").exists()  # no finished model
+    run_training(*common, "--max_steps", step + 1, "--resume_from_checkpoint", "last")
+    assert sorted(logged_losses(out)) == list(range(1, step + 2))
+
+
+def test_a_size_that_does_not_fit_is_named_as_the_option_typed(tmp_path, pairs_file):
+    from hf_vanilla_transformer.recipes.common import SINGLE_STACK_OPTIONS, single_stack_config
+
+    common = ["--output_dir", tmp_path / "run", "--train_file", pairs_file, *TINY_MODEL]
+    for architecture in ("vanilla", "marian"):
+        with pytest.raises(InputError) as error:
+            run_training(*common, "--architecture", architecture, "--attention_heads", 3)
+        assert str(error.value) == "--attention_heads must be a divisor of --d_model 32, got 3."
+    with pytest.raises(InputError, match=r"^--label_smoothing must be a probability in \[0, 1\), got 1.5.$"):
+        run_training(*common, "--label_smoothing", 1.5)
+    with pytest.raises(InputError, match=r"^--heads must be a divisor of --d_model 32, got 3.$"):  # the other heads'
+        single_stack_config(tiny_tokenizer(), 32, 1, 3, 64, options=SINGLE_STACK_OPTIONS)
+    assert not (tmp_path / "run").exists()
+
+
+def test_the_final_scoring_is_proportionate_to_the_training():
+    from hf_vanilla_transformer.recipes.translation import DEMO_STEPS, MIN_SCORED_PAIRS, scored_pairs
+
+    assert scored_pairs(1000, DEMO_STEPS, given=False) == 1000  # the demo scores its whole test split
+    assert scored_pairs(1000, 5, given=False) == MIN_SCORED_PAIRS == 64  # a smoke run: one batch
+    assert scored_pairs(1000, 300, given=False) == 300  # one pair per step
+    assert scored_pairs(1000, 5, given=True) == 1000  # --max_test_samples decides
+    assert scored_pairs(20, 5, given=False) == 20
+
+
+@pytest.mark.slow
+def test_a_smoke_run_scores_a_stated_subset_and_evaluates_its_last_step_once(tmp_path, capsys):
+    pairs = write_jsonl(tmp_path / "pairs.jsonl", [(f"{de} {i}", f"{en} {i}") for i in range(10) for de, en in PAIRS])
+    out = tmp_path / "run"
+    common = ["--output_dir", out, "--train_file", pairs, "--validation_file", pairs, "--test_file", pairs]
+    run_training(*common, *TINY_MODEL, "--max_steps", 2, "--eval_steps", 2, "--save_strategy", "no")
+    test, validation = (json.loads((out / "metrics.json").read_text())[split] for split in ("test", "validation"))
+    assert (test["num_samples"], test["pairs_in_split"], validation["num_samples"]) == (64, 80, 64)
+    said = "Test set (the first 64 of 80 pairs: one per training step, at least 64; --max_test_samples 80 scores them"
+    assert said in capsys.readouterr().out
+    history = json.loads((out / "trainer_state.json").read_text())["log_history"]
+    assert [entry["step"] for entry in history if "eval_loss" in entry] == [2]  # not again after training
