@@ -21,6 +21,7 @@ corpus (--train_file, --dataset_name, --source_lang, ...; default: the bundled c
 """
 
 import dataclasses
+import logging
 import os
 import sys
 from pathlib import Path
@@ -36,9 +37,9 @@ from .distill_student import INITS, PRESETS, StudentSizes, parse_layers
 # --source_lang have those names, a corpus line is one sentence, and distillation decodes by beam search.
 NOT_TEACHER_OPTIONS = ("seed", "max_tokens", "source_lang", "split_sentences", "batch_size")
 NOT_TEACHER_OPTIONS += ("do_sample", "temperature", "top_k", "top_p")
-# The teacher's beam and n best: the paper's beam (the demo's own), and every hypothesis of it, which beam search has
-# anyway, for the chrF selection (docs/distillation.md).
-TEACHER_DECODING = dict(num_beams=4, nbest=4)
+# The teacher's beam and n best: the paper's beam search (the demo's own; early stopping, which CTranslate2 runs too),
+# and every hypothesis of it, which beam search has anyway, for the chrF selection (docs/distillation.md).
+TEACHER_DECODING = dict(num_beams=4, nbest=4, early_stopping=True)
 EXPORTS = ("onnx", "transformers.js")
 # The recipe's model options: the student's sizes replace them, and the teacher decides the rest.
 STUDENT_OWN = {
@@ -370,7 +371,11 @@ class Distillation:
             argv += ["--max_steps", str(Steps(self.output_dir).read("student")["result"]["steps"])]
         if self.resumes(name):
             argv += ["--resume_from_checkpoint", "last"]
-        train_translation(argv, f"{self.prog} ({name})")
+        level = logging.getLogger().level
+        try:
+            train_translation(argv, f"{self.prog} ({name})")
+        finally:  # the recipe logs at INFO, as its own command; the steps after it keep this command's level
+            logging.getLogger().setLevel(level)
         report = read_run_report(folder)
         if not report:
             raise InputError(
@@ -415,25 +420,32 @@ class Distillation:
         return dict(size_mb=round((folder / "model.bin").stat().st_size / 1e6, 1))
 
     def export_browser(self) -> dict:
+        """The ONNX folder, after the checks of `verify-export` (which exports on its own): the folder last, so that
+        a step that fails leaves none."""
         from ..interop.onnx import export_onnx
         from ..interop.parity import misses, parity_table
 
+        result = {}
+        try:
+            rows = parity_table(
+                self.path("student"),
+                self.path("corpus", "test.jsonl"),
+                *self.languages,
+                limit=self.data_args.max_test_samples,
+                engines=self.args.export,
+                threads=self.report_threads(),
+            )
+            result = dict(rows=rows, missed=misses(rows))
+        except InputError as error:  # a student whose outputs cannot tell (all the same): the report says so
+            result = dict(rows=[], missed=[], not_verified=str(error))
         try:
             export_onnx(self.path("student"), self.path("student-onnx"), quantize=True)
         except ValueError as error:
             raise InputError(str(error)) from None
-        rows = parity_table(
-            self.path("student"),
-            self.path("corpus", "test.jsonl"),
-            *self.languages,
-            limit=self.data_args.max_test_samples,
-            engines=self.args.export,
-            threads=self.report_threads(),
-        )
-        missed = misses(rows)
-        if missed:
-            print(f"{self.prog}: student-onnx: {len(missed)} export(s) miss their bar: {'; '.join(missed)}.")
-        return dict(rows=rows, missed=missed)
+        if result["missed"] or "not_verified" in result:
+            problem = result.get("not_verified") or f"{', '.join(result['missed'])} miss their bar"
+            print(f"{self.prog}: student-onnx: {problem}", file=sys.stderr)
+        return result
 
     def report_threads(self) -> int:
         from ..translate.options import default_threads
@@ -465,7 +477,7 @@ class Distillation:
             evaluation=evaluation,
             gap=gaps(evaluation["rows"]),
             distillation_gain=distillation_gain(evaluation["rows"]),
-            exports={"onnx": ((records.read("student-onnx") or {}).get("result") or {}).get("rows", [])}
+            exports=dict(formats=self.args.export, **records.read("student-onnx")["result"])
             if self.args.export
             else {},
             seconds=records.seconds(self.steps()),

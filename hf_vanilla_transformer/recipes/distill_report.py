@@ -15,6 +15,7 @@ from pathlib import Path
 from safetensors import safe_open
 
 from ..hub.model_card import make_model_card
+from ..interop.parity import format_table
 from ..training.metrics import corpus_scores
 from ..training.report import hardware
 from ..translate.options import DecodeOptions, EngineOptions
@@ -171,9 +172,15 @@ def format_report(report: dict) -> str:
         + (f", plus {corpus['references_added']:,} reference pairs" if corpus["references_added"] else "")
         + ".",
     ]
-    for name, rows in report.get("exports", {}).items():
-        missed = [f"{r['engine']} ({r['decoding']})" for r in rows if r.get("met") is False]
-        lines.append(f"Export {name}: " + (f"misses its bar: {', '.join(missed)}." if missed else "verified."))
+    exports = report["exports"]
+    if exports:
+        formats = ", ".join(exports["formats"])
+        if exports.get("not_verified"):
+            lines += ["", f"Exports ({formats}, in student-onnx/): not verified: {exports['not_verified']}"]
+        else:
+            verdict = f"{', '.join(exports['missed'])} miss their bar" if exports["missed"] else "each meets its bar"
+            lines += ["", f"Exports ({formats}, in student-onnx/), checked as verify-export checks: {verdict}.", ""]
+            lines.append(format_table(exports["rows"]))
     lines += ["", "| step | wall time (s) |", "|---|---|"]
     lines += [f"| {name} | {seconds} |" for name, seconds in report["seconds"].items()]
     return "\n".join(lines) + "\n"
