@@ -115,12 +115,12 @@ class DyingOnce(TranslateShards):
         super().__init__(*args)
         translate = self.translator.translate
 
-        def dying(lines, **kwargs):
+        def dying(lines, *args, **kwargs):
             flag = Path(os.environ["HF_VANILLA_TRANSFORMER_CACHE"]) / "die"  # set before ray.init
             try:
                 flag.unlink()
             except FileNotFoundError:
-                return translate(lines, **kwargs)
+                return translate(lines, *args, **kwargs)
             os._exit(1)
 
         self.translator.translate = dying
