@@ -181,6 +181,8 @@ class Distillation:
 
         self.args, self.data_args, self.recipe, self.prog = args, data_args, recipe, prog
         self.output_dir = Path(args.output_dir).resolve()
+        # Under accelerate launch every process trains; the other steps are the first process's.
+        self.main_process = int(os.environ.get("RANK", "0")) == 0
         self.languages = (data_args.source_lang, data_args.target_lang)
         self.teacher = check_teacher(args.teacher)
         self.tokenizer = load_tokenizer(str(self.teacher), "--teacher")
@@ -376,6 +378,8 @@ class Distillation:
             train_translation(argv, f"{self.prog} ({name})")
         finally:  # the recipe logs at INFO, as its own command; the steps after it keep this command's level
             logging.getLogger().setLevel(level)
+        if not self.main_process:  # the first process writes the run report and records the step
+            return {}
         report = read_run_report(folder)
         if not report:
             raise InputError(
@@ -499,11 +503,9 @@ def main(argv: list[str], prog: str = "hf-vanilla-transformer distill") -> int:
     run = Distillation(args, data_args, recipe, prog)
     steps, records = run.steps(), Steps(run.output_dir)
     records.check(steps)
-    # Under accelerate launch every process trains; the other steps are the first process's, which the others wait for.
-    main_process = int(os.environ.get("RANK", "0")) == 0
     last_trained = max(i for i, step in enumerate(steps) if step.name in TRAINED)
     for i, step in enumerate(steps):
-        if main_process:
+        if run.main_process:
             records.run(step)
         elif i > last_trained:
             return 0

@@ -20,7 +20,7 @@ from transformers import AutoModelForSeq2SeqLM
 from hf_vanilla_transformer import VanillaTransformerForConditionalGeneration, cli
 from hf_vanilla_transformer.data.tokenizer import train_shared_bpe_tokenizer
 from hf_vanilla_transformer.recipes.distill_student import StudentSizes, build_student, layers_to_copy, student_config
-from tests.helpers import ROOT, short_pairs, tiny_config, tiny_translator_dir, write_jsonl
+from tests.helpers import ROOT, free_port, short_pairs, tiny_config, tiny_translator_dir, write_jsonl
 
 
 ray = pytest.importorskip("ray")
@@ -279,6 +279,63 @@ def test_a_kill_during_the_teachers_translations_then_a_rerun_translates_every_l
     assert not list(shards.glob(".*"))
     report = json.loads((output_dir / "report.json").read_text())
     assert report["corpus"]["translated"] == 300 + 1150
+
+
+@pytest.mark.slow
+def test_a_ctranslate2_teacher_a_random_student_of_its_own_sizes_references_mixed_in_and_the_onnx_export(
+    local_ray, corpus, tmp_path
+):
+    pytest.importorskip("onnxruntime")
+    output_dir = tmp_path / "run"
+    student = ["--init", "random", "--student_layers", "2,1", "--student_d_model", "32", "--student_ffn_dim", "64"]
+    options = ["--backend", "ctranslate2", "--compute_type", "int8", *student, "--mix_references", "--export", "onnx"]
+    assert distill(output_dir, corpus, *options) == 0
+    report = json.loads((output_dir / "report.json").read_text())
+    translations = json.loads((output_dir / "steps" / "teacher-translations.json").read_text())
+    assert translations["settings"]["--backend"] == "ctranslate2" and translations["result"]["rows"] == 300
+    assert report["corpus"]["references_added"] == 300
+    assert report["corpus"]["training_pairs"] == report["corpus"]["kept"] + 300
+    assert (
+        len((output_dir / "distilled" / "train.jsonl").read_text().splitlines()) == report["corpus"]["training_pairs"]
+    )
+    config = json.loads((output_dir / "student" / "config.json").read_text())
+    assert (config["d_model"], config["encoder_layers"], config["decoder_layers"], config["encoder_ffn_dim"]) == (
+        32, 2, 1, 64
+    )  # fmt: skip
+    assert report["student"]["init"] == "random" and report["student"]["copied_layers"] == {}
+    assert sorted(path.name for path in (output_dir / "student-onnx" / "onnx").glob("*.onnx"))
+    exports = report["exports"]
+    assert exports["formats"] == ["onnx"] and (exports["rows"] or exports["not_verified"])
+    assert "Exports (onnx, in student-onnx/)" in (output_dir / "report.md").read_text()
+
+
+@pytest.mark.slow
+def test_under_two_processes_both_train_and_the_first_does_the_other_steps(local_ray, corpus, tmp_path):
+    """`accelerate launch` (here torch.distributed.run, as the recipe's own two-process tests): the first process
+    translates, filters, exports and reports; both train each model."""
+    output_dir = tmp_path / "run"
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node",
+        "2",
+        "--master_port",
+        str(free_port()),
+    ]
+    command += [
+        "-m",
+        "hf_vanilla_transformer",
+        *distill_argv(output_dir, corpus, "--baseline", "--address", local_ray),
+    ]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
+    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=900, stdin=subprocess.DEVNULL)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.count("# Distillation report") == 1
+    for model in ("student", "baseline"):
+        training = json.loads((output_dir / model / "metrics.json").read_text())["training"]
+        assert training["world_size"] == 2 and training["steps"] == 4
+    assert json.loads((output_dir / "steps" / "report.json").read_text())["complete"]
 
 
 # ------------------------------------------------------------------------------------------------------ the parts
