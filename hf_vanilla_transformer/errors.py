@@ -2,6 +2,7 @@
 was expected, exit status 2, no traceback. Bugs keep their tracebacks."""
 
 import argparse
+import difflib
 import importlib
 import sys
 
@@ -18,11 +19,63 @@ def report(prog: str, message) -> int:
     return 2
 
 
+UNRECOGNIZED = "unrecognized arguments: "  # how argparse (and HfArgumentParser's callers) begin that message
+
+
 class OneLineErrors:
-    """For `argparse.ArgumentParser` subclasses: a wrong option is reported as one line, like an [`InputError`]."""
+    """For `argparse.ArgumentParser` subclasses: options by their exact names only, and a wrong option reported as one
+    line, like an [`InputError`], naming the option meant where one is close (`--beam`: did you mean --num_beams?).
+
+    argparse would take a prefix of an option for the option (`--max_step 5` as `--max_steps`, `--learning_rat` as
+    `--learning_rate`): `allow_abbrev` is False unless a parser asks for it."""
+
+    def __init__(self, *args, allow_abbrev: bool = False, **kwargs):
+        super().__init__(*args, allow_abbrev=allow_abbrev, **kwargs)
+
+    def parse_known_args(self, args=None, namespace=None):
+        # A sub-command's parser hands the options it does not know to its parent's, which reports them: it suggests
+        # from the options of the sub-command that ran.
+        self.ran = True
+        return super().parse_known_args(args, namespace)
 
     def error(self, message: str):
+        if message.startswith(UNRECOGNIZED):
+            message += did_you_mean(message[len(UNRECOGNIZED) :].split(), self.option_names())
         sys.exit(report(self.prog, f"{message} (see --help)"))
+
+    def option_names(self) -> list[str]:
+        """This parser's options and those of the sub-command's parser that ran."""
+        names = [name for action in self._actions for name in action.option_strings]
+        for action in self._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                ran = [parser for parser in action.choices.values() if getattr(parser, "ran", False)]
+                names += [name for parser in ran for name in parser.option_names()]
+        return names
+
+
+def did_you_mean(arguments: list[str], options: list[str]) -> str:
+    """`; did you mean --num_beams?` for the `arguments` that look like misspelt `options` (a close name, or the name
+    with '-' for '_'), or nothing where none does."""
+    canonical = {}  # the name with '_' for '-' -> the option, '_' spelling first (HfArgumentParser adds '-' aliases)
+    for option in sorted(options, key=lambda option: "-" in option.lstrip("-")):
+        canonical.setdefault(_underscored(option), option)
+    names = [argument.split("=", 1)[0] for argument in arguments]
+    names = [name for name in names if name.startswith("-") and name.lstrip("-")[:1].isalpha()]  # not values
+    suggestions = {}
+    for name in names:
+        wanted = _underscored(name)
+        close = [wanted] if wanted in canonical else difflib.get_close_matches(wanted, list(canonical), n=1)
+        if close:
+            suggestions[name] = canonical[close[0]]
+    if not suggestions:
+        return ""
+    if len(names) == 1:
+        return f"; did you mean {suggestions[names[0]]}?"
+    return "; did you mean " + ", ".join(f"{option} for {name}" for name, option in suggestions.items()) + "?"
+
+
+def _underscored(option: str) -> str:
+    return "--" + option.lstrip("-").replace("-", "_")
 
 
 class CommandParser(OneLineErrors, argparse.ArgumentParser):
@@ -78,6 +131,7 @@ __all__ = [
     "OneLineErrors",
     "check_at_least",
     "check_minimums",
+    "did_you_mean",
     "import_extra",
     "one_line",
     "report",

@@ -73,15 +73,17 @@ def resolve_model(name: str | Path, option: str = "--model") -> str:
     return name
 
 
-def check_json_files(folder: Path, option: str = "--model") -> None:
+def check_json_files(folder: Path, option: str | None = "--model") -> None:
     """Refuse, naming the file, a model folder whose JSON files (`MODEL_JSON_FILES`) do not parse: transformers would
-    fail with a bare `JSONDecodeError` that names no file."""
+    fail with a bare `JSONDecodeError` that names no file. The message begins with `option` where the folder was
+    given by one."""
+    named = f"{option} {folder}" if option else str(folder)
     for path in (folder / name for name in MODEL_JSON_FILES if (folder / name).is_file()):
         try:
             json.loads(path.read_text(encoding="utf-8"))
         except (ValueError, UnicodeDecodeError) as error:
             raise InputError(
-                f"{option} {folder}: {path.name} is not valid JSON ({error}): the file is cut short or damaged; copy "
+                f"{named}: {path.name} is not valid JSON ({error}): the file is cut short or damaged; copy "
                 "or save the model again."
             ) from None
 

@@ -7,18 +7,18 @@ package is imported its own code runs instead, so such a folder only misbehaves 
 loads one, and `hf-vanilla-transformer upgrade-folder DIR` gives it the current files (weights untouched).
 """
 
-import argparse
 import importlib
 import json
-import logging
 import shutil
 from pathlib import Path
 
+from transformers.utils import logging
+
 from .. import model as model_room
-from ..errors import InputError
+from ..errors import CommandParser, InputError
 
 
-logger = logging.getLogger(__name__)
+logger = logging.get_logger(__name__)
 MODEL_ROOM = Path(model_room.__file__).parent
 CODE_FILES = sorted(path.name for path in MODEL_ROOM.glob("*.py") if path.name != "__init__.py")
 # The JSON files that name classes of the code files (`auto_map`), and the translation pipeline (`custom_pipelines`).
@@ -33,9 +33,10 @@ def outdated_code_files(folder: str | Path) -> list[str]:
 
 
 def warn_if_outdated(folder: str | Path) -> None:
-    """One line when a folder's model code is not this package's: processes without the package would run it."""
+    """One line, once, when a folder's model code is not this package's: processes without the package would run
+    it. A command that loads the folder several times (each export) says it once."""
     if Path(folder).is_dir() and (outdated := outdated_code_files(folder)):
-        logger.warning(
+        logger.warning_once(
             f"{folder}: its model code ({', '.join(outdated)}) is not this version's; processes without "
             f"hf_vanilla_transformer run it. `hf-vanilla-transformer upgrade-folder {folder}` replaces it."
         )
@@ -68,6 +69,9 @@ def upgrade_folder(folder: str | Path) -> list[str]:
     config_path = folder / "config.json"
     if not config_path.is_file():
         raise InputError(f"{folder}: not a saved model folder (no config.json).")
+    from .folders import check_json_files  # folders imports this module
+
+    check_json_files(folder, option=None)
     config = json.loads(config_path.read_text(encoding="utf-8"))
     if config.get("model_type") != model_room.VanillaTransformerConfig.model_type:
         raise InputError(
@@ -102,7 +106,7 @@ def upgrade_folder(folder: str | Path) -> list[str]:
 
 
 def main(argv: list[str], prog: str) -> int:
-    parser = argparse.ArgumentParser(
+    parser = CommandParser(
         prog=prog,
         description="Replace the model code files of folders saved by an earlier version with this version's (and "
         "the class references in config.json and tokenizer_config.json); the weights stay as they are.",

@@ -40,6 +40,7 @@ from transformers.utils import logging
 
 from ..data.folders import check_output_dir, load_tokenizer, load_translation_model, resolve_model, writes_folder
 from ..errors import InputError
+from ..model.input_checks import CACHE_NAME
 from ..model.modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
 from .marian import export_marian
 
@@ -66,8 +67,9 @@ class _EncoderGraph(nn.Module):
 
 
 class _DecoderStepGraph(nn.Module):
-    """One decoder call: logits and the updated cache. Without `past_key_values` (the first step) the cross-attention
-    keys and values are computed from `encoder_hidden_states` and returned; with them, they are read from the cache."""
+    """One decoder call: logits and the updated cache. Without past keys and values (the first step) the
+    cross-attention keys and values are computed from `encoder_hidden_states` and returned; with them, they are read
+    from the cache."""
 
     def __init__(self, model: VanillaTransformerForConditionalGeneration):
         super().__init__()
@@ -80,8 +82,8 @@ class _DecoderStepGraph(nn.Module):
             encoder_outputs=(encoder_hidden_states,),
             attention_mask=encoder_attention_mask,
             decoder_input_ids=input_ids,
-            past_key_values=cache,
             use_cache=True,
+            **{CACHE_NAME: cache},  # the name this transformers gives it
         ).logits  # (b, t, v)
         present = []
         for self_layer, cross_layer in zip(cache.self_attention_cache.layers, cache.cross_attention_cache.layers):

@@ -19,6 +19,7 @@ from transformers import GenerationConfig
 from ..data.corpus import BUNDLED_CORPUS, load_parallel_corpus
 from ..data.folders import load_tokenizer, load_translation_model, resolve_model
 from ..data.trained_on import token_ids
+from ..errors import InputError
 from ..model.configuration_vanilla_transformer import max_new_tokens_for
 from ..model.modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
 from ..training.metrics import corpus_scores
@@ -56,8 +57,11 @@ class Batches:
 
 
 def generate_ids(model, batches: Batches, generation_config: GenerationConfig) -> list[list[int]]:
-    """`model.generate` (ours or a MarianMTModel), batch by batch, in order."""
+    """`model.generate` (ours or a MarianMTModel), batch by batch, in order, each batch within its length budget."""
     outputs, generation_config = [], GenerationConfig.from_dict(generation_config.to_dict())
+    # The budget alone: generate() would merge a length of the model's own generation config into the one given, and
+    # warn at every call that both `max_new_tokens` and `max_length` are set.
+    model.generation_config.max_length = model.generation_config.max_new_tokens = generation_config.max_length = None
     for _, encoded, limit in batches:
         generation_config.max_new_tokens = limit  # in the config: an argument beside a config is deprecated
         with torch.no_grad():
@@ -153,6 +157,20 @@ def _engines(model_dir: Path, work_dir: Path, names, threads: int, config) -> di
     return engines
 
 
+def check_comparable(model_dir, decoding: str, ids: list[list[int]], sources: list[str], texts_of) -> None:
+    """Refuse to compare exports with the model's outputs where those prove nothing: every line translated to nothing
+    (an undertrained model ends every sentence at once), or different lines all to the same output. Any export that
+    did the same would count as exact."""
+    outputs = {tuple(row) for row in ids}
+    if len(outputs) > 1 or (outputs != {()} and len(set(sources)) < 2):
+        return
+    got = "empty outputs" if outputs == {()} else f"one and the same output, {texts_of(ids[:1])[0]!r}"
+    raise InputError(
+        f"--model {model_dir} translates all {len(ids)} test lines to {got} ({decoding} decoding): comparing its "
+        "exports with that proves nothing. Verify a model that translates (train it longer)."
+    )
+
+
 def _row(decoding: str, engine: str, ids, ours, texts_of, references) -> dict:
     """One table row: the share of outputs token-identical to the model's, BLEU, its difference to the model's, and
     (for an export) whether that meets the export's bar."""
@@ -226,11 +244,13 @@ def parity_table(
     rows, torch_threads = [], torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
+        ours = {decoding: generate_ids(model, all_batches, config) for decoding, config in decodings.items()}
+        for decoding, ids in ours.items():  # before any export is made
+            check_comparable(model_dir, decoding, ids, sources, texts_of)
         with tempfile.TemporaryDirectory() as work_dir:
             others = _engines(model_dir, Path(work_dir), engines, threads, model.config)
             for decoding, generation_config in decodings.items():
-                ours = generate_ids(model, all_batches, generation_config)
-                rows.append(_row(decoding, OURS, ours, ours, texts_of, references))
+                rows.append(_row(decoding, OURS, ours[decoding], ours[decoding], texts_of, references))
                 for engine, translate in others.items():
                     if isinstance(translate, Exception):
                         rows.append({"decoding": decoding, "engine": engine, "error": str(translate)})
@@ -238,7 +258,7 @@ def parity_table(
                     batches = js_batches if engine.startswith("transformers.js") else all_batches
                     ids = translate(batches, generation_config)
                     if ids is not None:
-                        rows.append(_row(decoding, engine, ids, ours, texts_of, references))
+                        rows.append(_row(decoding, engine, ids, ours[decoding], texts_of, references))
     finally:
         torch.set_num_threads(torch_threads)
     return rows
@@ -262,4 +282,4 @@ def format_table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["BARS", "ENGINES", "format_table", "misses", "parity_table"]
+__all__ = ["BARS", "ENGINES", "check_comparable", "format_table", "misses", "parity_table"]

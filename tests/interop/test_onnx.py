@@ -7,7 +7,9 @@ pre-norm model in this package's layout through the command line.
 """
 
 import json
+import logging
 import os
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -18,7 +20,7 @@ import torch
 from transformers import AutoConfig
 
 from hf_vanilla_transformer import VanillaTransformerForConditionalGeneration, cli
-from hf_vanilla_transformer.interop.onnx import cache_names, export_onnx
+from hf_vanilla_transformer.interop.onnx import _DecoderStepGraph, cache_names, export_onnx
 from hf_vanilla_transformer.interop.onnx_runtime import (
     OnnxSeq2SeqLM,
     transformers_js_folder,
@@ -233,6 +235,18 @@ def test_transformers_js_under_node_is_token_identical(post_norm, transformers_j
     assert until_eos(transformers_js_generate(folder, texts, MAX_NEW_TOKENS, dtype="q8")) == until_eos(int8)
 
 
+def test_the_traced_decoder_step_passes_the_cache_by_its_current_name():
+    """The module the decoder graphs are traced from, run here with warnings as errors: it passes the cache by the
+    name this transformers gives it, with no deprecation of `past_key_values` (transformers 5.24) at export."""
+    model = VanillaTransformerForConditionalGeneration(tiny_config(dropout=0.0)).eval()
+    ids, mask = torch.tensor([[1], [1]]), torch.ones(2, 3, dtype=torch.long)
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("error")
+        logits, *present = _DecoderStepGraph(model)(ids, mask, torch.zeros(2, 3, model.config.d_model))
+        assert logits.shape == (2, 1, model.config.vocab_size) and len(present) == 4 * model.config.decoder_layers
+        _DecoderStepGraph(model)(ids, mask, torch.zeros(2, 3, model.config.d_model), *present)
+
+
 def test_refusals_name_the_setting(pre_norm, tmp_path, capsys):
     model, folder = pre_norm
     model_dir = folder.parent / "model"
@@ -250,15 +264,26 @@ def test_refusals_name_the_setting(pre_norm, tmp_path, capsys):
         OnnxSeq2SeqLM(folder).generate(np.ones((2, 3)), np.ones((2, 4)))
 
 
-def test_verify_export_on_a_test_file(post_norm, tmp_path, capsys):
+def test_verify_export_on_a_test_file_quietly(post_norm, tmp_path, capfd):
     test_file = tmp_path / "test.jsonl"
     test_file.write_text(
         "".join(json.dumps({"translation": {"de": s, "en": t}}) + "\n" for s, t in zip(SOURCES, TARGETS))
     )
     engines = ["onnx", "transformers.js"] if transformers_js_folder() else ["onnx"]
     argv = ["verify-export", "--model", str(post_norm[1].parent / "model"), "--test_file", str(test_file)]
-    assert cli.main([*argv, "--engines", *engines, "--js_sentences", "2"]) == 0
-    table = capsys.readouterr().out
+    records = []
+    handler = logging.Handler()
+    handler.emit = records.append
+    logging.getLogger("transformers").addHandler(handler)  # transformers' logger does not propagate to pytest's
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # a warning our calls cause is a failure
+            assert cli.main([*argv, "--engines", "marian", *engines, "--js_sentences", "2"]) == 0
+    finally:
+        logging.getLogger("transformers").removeHandler(handler)
+    # generate() said at every batch that both max_new_tokens and max_length were set.
+    assert [record.getMessage() for record in records] == []
+    table = capfd.readouterr().out
     assert "| greedy | this package (PyTorch) | 6 | 100.0% | 100.00 | +0.00 |" in table
     assert "| greedy | ONNX Runtime float32 | 6 | 100.0% |" in table and "| greedy | ONNX Runtime int8 | 6 |" in table
     if transformers_js_folder():

@@ -408,8 +408,8 @@ def test_the_demos_settings_switch_off_with_a_users_corpus(tmp_path, capsys):
         parse_args(["--max_tokens", "4096", "--tokens_per_updates", "25000"])
     assert exit.value.code == 2
     assert capsys.readouterr().err.strip().splitlines() == [
-        "hf-vanilla-transformer train translation: error: unrecognized arguments: --tokens_per_updates 25000 "
-        "(see --help)"
+        "hf-vanilla-transformer train translation: error: unrecognized arguments: --tokens_per_updates 25000; "
+        "did you mean --tokens_per_update? (see --help)"
     ]
 
 

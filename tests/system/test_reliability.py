@@ -507,6 +507,39 @@ def test_training_options_below_their_minimum_are_one_line(capsys, tmp_path, hea
     assert not (tmp_path / "run").exists()
 
 
+def test_options_are_taken_by_their_exact_names_and_a_close_one_is_suggested(capsys, tmp_path, trained):
+    # argparse would take `--max_step` for `--max_steps` and run on (here to the batch size's refusal).
+    train = ["train", "translation", "--output_dir", tmp_path / "run", "--per_device_train_batch_size", 0]
+    model = ["--model", trained]
+    corpus = ["translate-corpus", *model, "--input", tmp_path / "in.txt", "--output_dir", tmp_path / "out"]
+    export = ["export", "--model", trained, "--output_dir", tmp_path / "export"]
+    average = ["average", "--run_dir", tmp_path, "--output_dir", tmp_path / "avg"]
+    expected = {
+        (*train, "--max_step", 5): "--max_step 5; did you mean --max_steps?",
+        (*train, "--learning_rat", 1e-3, "--max_step", 5): (
+            "--learning_rat 0.001 --max_step 5; did you mean --learning_rate for --learning_rat, --max_steps for "
+            "--max_step?"
+        ),
+        ("train", "classification", "--num_train_epoch", 1): "--num_train_epoch 1; did you mean --num_train_epochs?",
+        ("translate", *model, "--num_beam", 2): "--num_beam; did you mean --num_beams?",  # 2: an input file
+        ("translate", *model, "--beam", 5): "--beam; did you mean --num_beams?",
+        ("serve", *model, "--num-beams", 5): "--num-beams 5; did you mean --num_beams?",
+        (*corpus, "--num-workers", 2): "--num-workers 2; did you mean --num_workers?",
+        ("export", "onnx", *export[1:], "--quantise"): "--quantise; did you mean --quantize?",
+        ("export", "ctranslate2", *export[1:], "--quantize"): "--quantize; did you mean --quantization?",
+        ("verify-export", *model, "--limt", 3): "--limt 3; did you mean --limit?",
+        (*average, "--lats", 2): "--lats 2; did you mean --last?",
+        ("upgrade-folder", "--dry_run", tmp_path): "--dry_run",  # nothing close
+    }
+    for argv, unrecognized in expected.items():
+        with pytest.raises(SystemExit) as exit:
+            cli.main([str(arg) for arg in argv])
+        lines = capsys.readouterr().err.strip().splitlines()
+        assert exit.value.code == 2 and len(lines) == 1, (argv, lines)
+        assert lines[0].endswith(f"error: unrecognized arguments: {unrecognized} (see --help)"), (argv, lines)
+    assert not any(path.exists() for path in (tmp_path / "run", tmp_path / "out", tmp_path / "export"))
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is there")
 def test_a_gpu_the_machine_lacks_is_one_line(capsys, trained, text_file):  # row 34
     error = one_line_error(capsys, "translate", "--model", trained, text_file, "--device", "cuda")
@@ -724,3 +757,17 @@ def test_verify_export_fails_when_an_export_misses_its_bar(capsys, trained, monk
         "hf-vanilla-transformer verify-export: 2 export(s) miss their bar: MarianMTModel (export_marian) (greedy); "
         "MarianMTModel (export_marian) (beam None, length penalty None)."
     )
+
+
+def test_verify_export_refuses_a_comparison_that_proves_nothing(capsys):  # row 45
+    from hf_vanilla_transformer.interop.parity import check_comparable
+
+    undertrained = tiny_translator_dir(steps=3)  # translates every line to the same few words
+    argv = ["verify-export", "--model", undertrained, "--engines", "marian", "--limit", 4, "--batch_size", 4]
+    error = one_line_error(capsys, *argv)
+    assert f"error: --model {undertrained} translates all 4 test lines to one and the same output, '" in error
+    assert error.endswith("(greedy decoding): comparing its exports with that proves nothing. Verify a model that "
+                          "translates (train it longer).")  # fmt: skip
+    with pytest.raises(InputError, match=r"translates all 3 test lines to empty outputs \(greedy decoding\)"):
+        check_comparable("model", "greedy", [[], [], []], ["a", "b", "c"], texts_of=None)
+    check_comparable("model", "greedy", [[5, 6], [5, 6]], ["a", "a"], texts_of=None)  # one line twice: comparable

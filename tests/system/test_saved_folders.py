@@ -246,7 +246,8 @@ def test_upgrade_folder_gives_an_old_folder_this_versions_code_and_keeps_its_wei
     weights = (folder / "model.safetensors").read_bytes()
     with caplog.at_level("WARNING"):
         load_translation_model(str(folder))
-    assert f"hf-vanilla-transformer upgrade-folder {folder}" in caplog.text  # the old code is named, with the cure
+        load_translation_model(str(folder))  # as an export loads it again: said once
+    assert caplog.text.count(f"hf-vanilla-transformer upgrade-folder {folder}") == 1  # the old code, with the cure
     assert cli.main(["upgrade-folder", str(folder)]) == 0, capsys.readouterr().err
     for name in CODE_FILES:
         assert (folder / name).read_bytes() == (ROOT / "hf_vanilla_transformer" / "model" / name).read_bytes(), name
@@ -266,3 +267,15 @@ def test_upgrade_folder_refuses_a_folder_of_another_model(tmp_path, capsys):
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "marian"}))
     assert cli.main(["upgrade-folder", str(tmp_path)]) == 2
     assert "not a folder of this package's model" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name", ["config.json", "tokenizer_config.json"])
+def test_upgrade_folder_names_a_json_file_cut_short_in_one_line_and_writes_nothing(tmp_path, capsys, name):
+    folder = shutil.copytree(FIXTURE, tmp_path / "saved")
+    (folder / name).write_bytes((FIXTURE / name).read_bytes()[:100])
+    before = {path.name: path.read_bytes() for path in folder.iterdir()}
+    assert cli.main(["upgrade-folder", str(folder)]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith(f"hf-vanilla-transformer upgrade-folder: error: {folder}: {name} is not valid JSON (")
+    assert line.endswith("the file is cut short or damaged; copy or save the model again.")
+    assert {path.name: path.read_bytes() for path in folder.iterdir()} == before
