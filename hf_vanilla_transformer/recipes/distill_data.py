@@ -9,6 +9,7 @@ token of the kept translation.
 """
 
 import json
+import shutil
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -123,26 +124,31 @@ def select_best(batch: dict, source_lang: str, target_lang: str, tokenizer, leng
     chrf = CHRF()
     references = batch.get("reference") or [None] * len(batch["text"])
     nbests = batch.get("nbest") or [None] * len(batch["text"])
-    pairs, scores, not_first = [], [], []
-    for source, translation, score, reference, nbest in zip(
-        batch["text"], batch["translation"], batch["score"], references, nbests
-    ):
+    kept, scores, not_first = [], [], []
+    for translation, score, reference, nbest in zip(batch["translation"], batch["score"], references, nbests):
         best = 0
         if nbest and reference is not None:
             chrfs = [chrf.sentence_score(hypothesis["text"], [reference]).score for hypothesis in nbest]
             best = int(np.argmax(chrfs))  # the first of equals: the teacher's higher-ranked
         if nbest:
             translation, score = nbest[best]["text"], nbest[best]["score"]
-        length = len(tokenizer(translation)["input_ids"]) if translation else 1
-        pairs.append({source_lang: source or "", target_lang: translation or ""})
-        scores.append(score * length ** (length_penalty - 1) if score is not None else float("-inf"))
+        kept.append(translation or "")
+        scores.append(score)
         not_first.append(best > 0)
-    return {"translation": pairs, "score": scores, "not_first": not_first}
+    lengths = [len(ids) for ids in tokenizer(kept)["input_ids"]] if kept else []
+    return {
+        "translation": [{source_lang: source or "", target_lang: text} for source, text in zip(batch["text"], kept)],
+        "score": [
+            float("-inf") if score is None else score * length ** (length_penalty - 1)
+            for score, length in zip(scores, lengths)
+        ],
+        "not_first": not_first,
+    }
 
 
-def selected_pairs(shards: list[Path], source_lang, target_lang, tokenizer, length_penalty) -> Dataset:
+def selected_pairs(shards: list[Path], languages, tokenizer, length_penalty, cache_dir: Path) -> Dataset:
     """The kept pair of every row of the teacher's output shards (Parquet), in the shards' order: the parallel
-    corpus's and the monolingual files' (their columns differ) each read as one dataset."""
+    corpus's and the monolingual files' (their columns differ) each read as one dataset, into `cache_dir`."""
     import pyarrow.parquet as pq
 
     groups = {}
@@ -150,15 +156,15 @@ def selected_pairs(shards: list[Path], source_lang, target_lang, tokenizer, leng
         groups.setdefault(tuple(sorted(pq.read_schema(shard).names)), []).append(str(shard))
     parts = []
     for files in groups.values():
-        dataset = Dataset.from_parquet(files)
+        dataset = Dataset.from_parquet(files, cache_dir=str(cache_dir))
         parts.append(
             dataset.map(
                 select_best,
                 batched=True,
                 batch_size=1000,
                 fn_kwargs=dict(
-                    source_lang=source_lang,
-                    target_lang=target_lang,
+                    source_lang=languages[0],
+                    target_lang=languages[1],
                     tokenizer=tokenizer,
                     length_penalty=length_penalty,
                 ),
@@ -193,11 +199,13 @@ def distill_pairs(
 ) -> dict:
     """Write the student's training pairs (`train.jsonl`) into `folder` from the teacher's output shards, with the
     `references` file's pairs after them when given; the counts of each rule."""
-    source_lang, target_lang = languages
-    pairs = selected_pairs(shards, source_lang, target_lang, tokenizer, length_penalty)
+    cache = folder / ".cache"  # the Arrow files of the steps below, removed with them
+    pairs = selected_pairs(shards, languages, tokenizer, length_penalty, cache)
     not_first = int(pc.sum(pairs.with_format("arrow")["not_first"]).as_py() or 0)
-    kept, counts = filter_pairs(pairs, source_lang, target_lang, length_ratio, drop_share)
-    written = write_pairs(kept, folder / "train.jsonl")
+    kept, counts = filter_pairs(pairs, *languages, length_ratio, drop_share)
+    written, translated = write_pairs(kept, folder / "train.jsonl"), len(pairs)
+    del pairs, kept
+    shutil.rmtree(cache)
     added = 0
     if references is not None:
         with open(references, "rb") as source, open(folder / "train.jsonl", "ab") as target:
@@ -205,7 +213,7 @@ def distill_pairs(
                 target.write(line)
                 added += 1
     return {
-        "translated": len(pairs),
+        "translated": translated,
         "chosen_not_teachers_first": not_first,
         "dropped": counts,
         "kept": written,

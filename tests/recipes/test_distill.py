@@ -398,6 +398,7 @@ def test_the_hypothesis_closest_to_the_reference_is_kept_and_each_filter_counts_
         {"de": "Hallo.", "en": "Hello."},
     ]
     assert counts == {**counts, "kept": 4, "references_added": 1, "training_pairs": 5}
+    assert [path.name for path in folder.iterdir()] == ["train.jsonl"]  # the Arrow files it read through are gone
     folder = tmp_path / "without-the-worst"
     folder.mkdir()
     counts = distill_pairs(shards, folder, ("de", "en"), tokenizer, 1.0, 3.0, 0.25, None)
