@@ -179,25 +179,34 @@ def check_translation_folder(name: str, option: str = "--model", ctranslate2: bo
 
 
 def check_model_type(name: str, model_class, option: str = "--model") -> None:
-    """Refuse a local folder whose `config.json` is another model type's than `model_class`'s: transformers would load
-    its weights into `model_class` with a warning, and the model would translate into nonsense. An export's folder
-    (MarianMTModel, ONNX) is named as such."""
+    """Refuse a local folder whose `config.json` is another model type's than `model_class`'s (this package's model,
+    which `export` and `verify-export` read): transformers would load its weights into `model_class` with a warning,
+    and the model would translate into nonsense. The message says what the folder is; a MarianMTModel or ONNX folder
+    may be an export of this package's model, or a model of its own (OPUS-MT), and the cure of each is named."""
     path = Path(name).expanduser()
     if not (path / "config.json").is_file():
         return
     model_type = json.loads((path / "config.json").read_text(encoding="utf-8")).get("model_type")
-    if model_type == model_class.config_class.model_type:
+    ours = model_class.config_class.model_type
+    if model_type == ours:
         return
     if list(path.glob("onnx/*.onnx")):
-        kind = "an ONNX export"
+        kind = "an ONNX model folder"
     elif model_type == "marian":
         kind = "a MarianMTModel folder"
     else:
         kind = f"a {model_type} model folder"
-    raise InputError(
-        f"{option} {name} is {kind} (model_type {model_type!r}), not a {model_class.__name__} folder: give the folder "
-        "it was exported from (the trained model that `hf-vanilla-transformer export` read)."
+    message = (
+        f"{option} {name} is {kind} (model_type {model_type!r}), not a folder of this package's model (model_type "
+        f"{ours!r}, {model_class.__name__}), which is what this command reads"
     )
+    if model_type == "marian":
+        message += (
+            ". If it was written by `hf-vanilla-transformer export`, give the folder it was exported from; a "
+            "MarianMTModel of its own (as OPUS-MT's) becomes one with "
+            "`hf_vanilla_transformer.interop.marian.from_marian(folder).save_pretrained(...)`"
+        )
+    raise InputError(message + ".")
 
 
 def load_translation_model(name: str, option: str = "--model", model_class=None, **kwargs):

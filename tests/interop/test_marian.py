@@ -192,10 +192,24 @@ def test_verify_export_refuses_an_export_folder_in_one_line_naming_the_folder_it
     onnx = export_marian(tmp_path / "ours", tmp_path / "onnx")  # an `export onnx` folder: the Marian folder + graphs
     (onnx / "onnx").mkdir()
     (onnx / "onnx" / "encoder_model.onnx").write_bytes(b"")
-    for folder, kind in ((marian, "a MarianMTModel folder"), (onnx, "an ONNX export")):
+    for folder, kind in ((marian, "a MarianMTModel folder"), (onnx, "an ONNX model folder")):
         capsys.readouterr()
         argv = ["verify-export", "--model", str(folder), "--limit", "2", "--engines", "marian"]
         assert cli.main(argv) == 2
         out, err = capsys.readouterr()
         assert out == "" and len(err.splitlines()) == 1, err
         assert f"--model {folder} is {kind}" in err and "the folder it was exported from" in err, err
+
+
+def test_export_onnx_says_what_a_marian_model_of_its_own_is_and_what_it_reads(tmp_path, capsys):
+    opus_style_marian().save_pretrained(tmp_path / "opus-mt")
+    argv = ["export", "onnx", "--model", tmp_path / "opus-mt", "--output_dir", tmp_path / "onnx"]
+    assert cli.main([str(arg) for arg in argv]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith(
+        f"hf-vanilla-transformer export: error: --model {tmp_path / 'opus-mt'} is a MarianMTModel folder (model_type "
+        "'marian'), not a folder of this package's model (model_type 'vanilla_transformer', "
+        "VanillaTransformerForConditionalGeneration), which is what this command reads."
+    )
+    assert line.endswith("`hf_vanilla_transformer.interop.marian.from_marian(folder).save_pretrained(...)`.")
+    assert not (tmp_path / "onnx").exists()
