@@ -25,6 +25,17 @@ PRESETS = {
     "base": dict(d_model=512, encoder_layers=6, decoder_layers=2, heads=8, ffn_dim=2048),
 }
 INITS = ("copy", "random")
+# The configuration's fields that the student's options set, for messages that name what the user typed.
+OPTIONS = {
+    "d_model": "--student_d_model",
+    "encoder_layers": "--student_layers",
+    "decoder_layers": "--student_layers",
+    "encoder_attention_heads": "--student_heads",
+    "decoder_attention_heads": "--student_heads",
+    "encoder_ffn_dim": "--student_ffn_dim",
+    "decoder_ffn_dim": "--student_ffn_dim",
+    "dropout": "--student_dropout",
+}
 
 
 @dataclass(frozen=True)
@@ -69,10 +80,7 @@ def student_config(teacher: VanillaTransformerConfig, sizes: StudentSizes, dropo
     fields.update(expand_sizes(sizes.d_model, layers, sizes.heads, sizes.ffn_dim))
     if dropout is not None:
         fields["dropout"] = dropout
-    try:
-        return model_config_for("vanilla", **fields)
-    except InputError as error:
-        raise InputError(f"The student's sizes (--student_preset and --student_*) do not fit: {error}") from None
+    return model_config_for("vanilla", OPTIONS, **fields)
 
 
 def layers_to_copy(student_layers: int, teacher_layers: int) -> list[int]:
