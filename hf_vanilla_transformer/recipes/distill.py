@@ -168,6 +168,14 @@ def teacher_stamps(folder: Path) -> dict:
     return file_stamps([*sorted(folder.glob("*.safetensors")), *(folder / n for n in names if (folder / n).is_file())])
 
 
+class Stopped(Exception):
+    """A training step that Ctrl-C or SIGTERM stopped (the recipe said where), with its exit status."""
+
+    def __init__(self, step: str, status: int):
+        super().__init__(step, status)
+        self.step, self.status = step, status
+
+
 class Distillation:
     """The steps of one run, from parsed options (see the module docstring)."""
 
@@ -375,9 +383,11 @@ class Distillation:
             argv += ["--resume_from_checkpoint", "last"]
         level = logging.getLogger().level
         try:
-            train_translation(argv, f"{self.prog} ({name})")
+            status = train_translation(argv, f"{self.prog} ({name})")
         finally:  # the recipe logs at INFO, as its own command; the steps after it keep this command's level
             logging.getLogger().setLevel(level)
+        if status:  # Ctrl-C or SIGTERM: the recipe stopped after a step, with its checkpoint
+            raise Stopped(name, status)
         if not self.main_process:  # the first process writes the run report and records the step
             return {}
         report = read_run_report(folder)
@@ -503,17 +513,29 @@ def main(argv: list[str], prog: str = "hf-vanilla-transformer distill") -> int:
     run = Distillation(args, data_args, recipe, prog)
     steps, records = run.steps(), Steps(run.output_dir)
     records.check(steps)
+    try:
+        run_steps(run, steps, records)
+    except Stopped as stop:
+        if run.main_process:
+            print(f"{prog}: the same command continues the {stop.step} step from that checkpoint.", file=sys.stderr)
+        return stop.status
+    if run.main_process:
+        print(run.path("report.md").read_text(encoding="utf-8"))
+    return 0
+
+
+def run_steps(run: Distillation, steps: list[Step], records: Steps) -> None:
+    """The steps in order; under accelerate launch, the other processes wait for the first's and take part in the
+    training steps."""
     last_trained = max(i for i, step in enumerate(steps) if step.name in TRAINED)
     for i, step in enumerate(steps):
         if run.main_process:
             records.run(step)
         elif i > last_trained:
-            return 0
+            return
         elif step.name in TRAINED:
             records.wait(steps[i - 1])
             if not (records.read(step.name) or {}).get("complete"):
                 step.run()
         else:
             records.wait(step)
-    print(run.path("report.md").read_text(encoding="utf-8"))
-    return 0

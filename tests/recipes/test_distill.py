@@ -199,6 +199,26 @@ def test_an_interrupted_steps_half_written_files_are_refused_and_nothing_finishe
     assert stamps(run) == before
 
 
+def test_a_training_stopped_by_ctrl_c_ends_with_its_status_and_the_same_command_continues(
+    finished, corpus, tmp_path, capsys, monkeypatch
+):
+    from hf_vanilla_transformer.recipes import translation
+
+    run = interrupted(finished, tmp_path / "run", "student")
+    shutil.rmtree(run / "student")
+    attempts = json.loads((run / "steps" / "student.json").read_text())["attempts"]
+    with monkeypatch.context() as stopping:  # the recipe as Ctrl-C leaves it: its own line said where it stopped
+        stopping.setattr(translation, "main", lambda argv, prog: 130)
+        capsys.readouterr()
+        assert distill(run, corpus, "--baseline", "--shard_rows", "100") == 130
+    err = capsys.readouterr().err
+    assert "distill: the same command continues the student step" in err.strip().splitlines()[-1]
+    assert not json.loads((run / "steps" / "student.json").read_text())["complete"]
+    assert distill(run, corpus, "--baseline", "--shard_rows", "100") == 0
+    record = json.loads((run / "steps" / "student.json").read_text())
+    assert record["complete"] and record["attempts"] == attempts + 2
+
+
 def test_bad_input_is_one_line_and_exit_2_before_anything_is_written(corpus, tmp_path, capsys):
     from hf_vanilla_transformer import VanillaTransformerForSequenceClassification
 
