@@ -519,6 +519,10 @@ def main(argv: list[str], prog: str = "hf-vanilla-transformer distill") -> int:
         if run.main_process:
             print(f"{prog}: the same command continues the {stop.step} step from that checkpoint.", file=sys.stderr)
         return stop.status
+    except KeyboardInterrupt:  # outside training (the teacher's translations, the report): nothing half-kept
+        if run.main_process:
+            print(f"{prog}: interrupted; the same command continues where it stopped.", file=sys.stderr)
+        return 130
     if run.main_process:
         print(run.path("report.md").read_text(encoding="utf-8"))
     return 0
