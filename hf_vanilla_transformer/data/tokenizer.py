@@ -1,6 +1,8 @@
 """A BPE vocabulary shared by source and target language (section 5.1), as a transformers fast tokenizer.
 
-It is saved as a plain `tokenizer.json`, so `AutoTokenizer.from_pretrained` loads it anywhere without remote code.
+It is saved as a plain `tokenizer.json` of transformers' own class, so `PreTrainedTokenizerFast.from_pretrained` loads
+it anywhere without remote code. `AutoTokenizer` reads the model's configuration first, which is remote code where the
+package is not installed: there it needs trust_remote_code=True, or it asks.
 Trained on a corpus, it is learnt from the corpus's Arrow data a batch at a time and kept in the `datasets` cache, so
 that a second run with the same corpus and settings reuses it.
 """

@@ -177,6 +177,34 @@ def test_every_saved_folder_translates_with_the_package_imported_without_trust_r
     assert translate(SOURCES, max_new_tokens=5)[0]["translation_text"], route
 
 
+TOKENIZERS = """
+import json
+from transformers import AutoTokenizer, PreTrainedTokenizerFast
+folder, text = sys.argv[1:3]
+if sys.argv[3] == "ask":
+    AutoTokenizer.from_pretrained(folder)
+plain = PreTrainedTokenizerFast.from_pretrained(folder)
+trusted = AutoTokenizer.from_pretrained(folder, trust_remote_code=True)
+print(json.dumps([type(plain).__name__, plain(text).input_ids, trusted(text).input_ids]))
+"""
+
+
+@pytest.mark.slow
+def test_the_tokenizer_loads_without_the_package_and_without_a_question(folders, tokenizer, tmp_path):
+    """What the docs promise where the package is not installed: `PreTrainedTokenizerFast` reads tokenizer.json and
+    runs nothing of the folder; `AutoTokenizer` loads it with trust_remote_code=True. Without the flag, transformers 5
+    resolves the folder's configuration first, which is remote code (`auto_map`), and asks (stdin is closed here): the
+    day that changes, the docs can say that AutoTokenizer loads it anywhere."""
+    folder, text = folders["save_pretrained"], "Wo ist der Bahnhof?"
+    result = run_without_package(TOKENIZERS, folder, text, "silent", cwd=tmp_path)
+    assert result.returncode == 0 and result.stderr == "", result.stderr[-3000:]
+    ids = tokenizer(text).input_ids
+    assert json.loads(result.stdout) == ["TokenizersBackend", ids, ids]
+    asked = run_without_package(TOKENIZERS, folder, text, "ask", cwd=tmp_path)
+    question, _, printed = asked.stdout.rpartition("Do you wish to run the custom code? [y/N] ")
+    assert question and json.loads(printed) == ["TokenizersBackend", ids, ids], (asked.stdout, asked.stderr[-3000:])
+
+
 # --- folders saved before the package was re-housed (tests/fixtures/saved-0.1.0, written by commit bc0ac66) ----------
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "saved-0.1.0"
