@@ -1,9 +1,11 @@
 """`hf-vanilla-transformer translate-corpus`: `corpus.translate_corpus` on a local Ray or a cluster."""
 
+import logging
 import os
+import signal
 import sys
 
-from ..errors import CommandParser, check_minimums
+from ..errors import CommandParser, InputError, check_minimums
 from .options import DecodeOptions, EngineOptions, add_arguments
 
 
@@ -13,6 +15,7 @@ write them to --output_dir with every input column, plus translation and score. 
 translates only what is not complete. Needs the `ray` extra: pip install 'hf-vanilla-transformer[ray]'. See
 docs/translate.md."""
 MINIMUMS = {"num_workers": 1, "shard_rows": 1}
+REPORTED = 100  # problems of the input listed, at most
 
 
 def build_parser(prog: str):
@@ -36,6 +39,7 @@ def build_parser(prog: str):
         "--address", default=os.environ.get("RAY_ADDRESS"), help="a Ray cluster to join (default: $RAY_ADDRESS, "
         "else a local Ray on this machine's cores)"
     )  # fmt: skip
+    parser.add_argument("--verbose", action="store_true", help="show Ray's own log lines and its workers' output")
     add_arguments(parser)
     return parser
 
@@ -44,7 +48,7 @@ def main(argv: list[str], prog: str) -> int:
     args = build_parser(prog).parse_args(argv)
     from ..data.folders import check_translation_folder, resolve_model
     from .command import check_device
-    from .corpus import input_files, ray_module, translate_corpus
+    from .corpus import BadRows, input_files, ray_module, translate_corpus
 
     check_minimums(MINIMUMS, args)
     engine, decoding = EngineOptions.of(args), DecodeOptions.of(args)
@@ -53,14 +57,20 @@ def main(argv: list[str], prog: str) -> int:
     inputs = input_files(args.input)
     if "://" not in args.model:
         check_translation_folder(resolve_model(args.model), ctranslate2=engine.backend == "ctranslate2")
-    started = False
+    started, stopped_by = False, []
 
     def connect():
         nonlocal started
         if not ray.is_initialized():
-            ray.init(**init_arguments(args.address))
+            start_ray(args.address, args.verbose)
+            signal.signal(signal.SIGTERM, stop)  # again: Ray's core takes SIGTERM over as it starts
             started = True
 
+    def stop(number, frame):  # SIGTERM as Ctrl-C: the shards written are whole, the run resumes
+        stopped_by.append(number)
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, stop)
     try:
         summary = translate_corpus(
             inputs,
@@ -74,11 +84,52 @@ def main(argv: list[str], prog: str) -> int:
             shard_rows=args.shard_rows,
             connect=connect,
         )
+    except BadRows as bad:
+        for problem in bad.problems[:REPORTED]:
+            print(f"{prog}: {problem}", file=sys.stderr)
+        more = len(bad.problems) - REPORTED
+        raise InputError(f"{bad} ({more:,} more not listed)" if more > 0 else bad) from None
+    except KeyboardInterrupt:
+        print(
+            f"{prog}: interrupted; the shards written in {args.output_dir} are complete: run the same command again "
+            "to translate the rest.",
+            file=sys.stderr,
+        )
+        return 128 + (stopped_by[0] if stopped_by else signal.SIGINT)
     finally:
+        signal.signal(signal.SIGTERM, previous)
         if started:
             ray.shutdown()
     print(f"{prog}: {summary.line()}", file=sys.stderr)
     return 0
+
+
+def start_ray(address: str | None = None, verbose: bool = False, **arguments) -> None:
+    """`ray.init` with [`init_arguments`] (and `arguments` over them), quiet unless `verbose`: Ray's log lines (its C++
+    core's, which would say that Ray Data's actors take their arguments from the object store, its Python loggers',
+    Ray Data's own) stay in the session's log files, and so does the workers' output. RAY_BACKEND_LOG_LEVEL is read as
+    Ray starts, which reports it on stderr: that one line is not shown either."""
+    import ray
+
+    arguments = {**init_arguments(address), **arguments}
+    if verbose:
+        ray.init(**arguments)
+        return
+    os.environ.setdefault("RAY_BACKEND_LOG_LEVEL", "fatal")
+    import ray.data  # which sets up its logger as it is imported
+
+    for handler in logging.getLogger("ray.data").handlers:
+        if isinstance(handler, logging.StreamHandler):  # the console's; its log file keeps everything
+            handler.setLevel(logging.ERROR)
+    sys.stderr.flush()
+    saved, devnull = os.dup(2), os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 2)
+    try:
+        ray.init(**arguments, log_to_driver=False, logging_level=logging.ERROR)
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(devnull)
 
 
 def init_arguments(address: str | None) -> dict:

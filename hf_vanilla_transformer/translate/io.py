@@ -193,11 +193,12 @@ def resume_point(output: Path, state_path: Path, settings: dict, resume: bool) -
             raise InputError(f"Nothing to resume: {output} exists but has no {state_path.name} (the run finished?).")
         return 0, 0
     state = json.loads(state_path.read_text())
-    changed = sorted(k for k in set(state["settings"]) | set(settings) if state["settings"].get(k) != settings.get(k))
+    changed = differences(state["settings"], settings)
     if changed:
+        options, earlier, now = changed
         raise InputError(
-            f"--resume: {', '.join(changed)} differ from the interrupted run's ({state_path}); "
-            "rerun with its settings."
+            f"--resume: {options} from the interrupted run's ({state_path}): it had {earlier}, this run {now}; rerun "
+            "with its settings."
         )
     if output.stat().st_size < state["bytes"]:
         raise InputError(f"--resume: {output} is shorter than {state_path} records; it was changed since.")
@@ -209,3 +210,37 @@ def save_state(path: Path, lines: int, size: int, settings: dict) -> None:
     temporary = path.with_name(path.name + ".tmp")
     temporary.write_text(json.dumps({"lines": lines, "bytes": size, "settings": settings}))
     os.replace(temporary, path)  # atomic: the state is the old one or the new one, never half-written
+
+
+# Record keys that are not their option's name.
+OPTION_NAMES = {"inputs": "input"}
+
+
+def differences(earlier: dict, now: dict) -> tuple[str, str, str] | None:
+    """How two runs' records (settings, nested) differ, named as the options a user gives: ("--num_beams differs",
+    "--num_beams 5", "--num_beams 4"); None where they agree."""
+    earlier, now = _flat(earlier), _flat(now)
+    changed = sorted(key for key in earlier.keys() | now.keys() if earlier.get(key) != now.get(key))
+    if not changed:
+        return None
+    options = [f"--{OPTION_NAMES.get(key, key)}" for key in changed]
+    what = f"{' and '.join(options)} differ" + ("s" if len(options) == 1 else "")
+    return tuple(
+        [what] + [", ".join(f"{o} {_value(run.get(k))}" for o, k in zip(options, changed)) for run in (earlier, now)]
+    )
+
+
+def _flat(record: dict) -> dict:
+    """A record whose nested records (the decoding's generation settings) are merged into it."""
+    flat = {}
+    for key, value in record.items():
+        flat.update(_flat(value) if isinstance(value, dict) else {key: value})
+    return flat
+
+
+def _value(value) -> str:
+    if value is None:
+        return "unset"
+    if isinstance(value, list):  # input files
+        return " ".join(map(str, value)) if len(value) <= 3 else f"{value[0]} ... ({len(value):,} files)"
+    return str(value)
