@@ -139,7 +139,7 @@ def select_best(batch: dict, source_lang: str, target_lang: str, tokenizer, leng
     return {
         "translation": [{source_lang: source or "", target_lang: text} for source, text in zip(batch["text"], kept)],
         "score": [
-            float("-inf") if score is None else score * length ** (length_penalty - 1)
+            None if score is None else score * length ** (length_penalty - 1)  # None: no translation, dropped as empty
             for score, length in zip(scores, lengths)
         ],
         "not_first": not_first,
