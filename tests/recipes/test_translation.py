@@ -507,7 +507,7 @@ def test_the_final_scoring_is_proportionate_to_the_training():
     from hf_vanilla_transformer.recipes.translation import DEMO_STEPS, MIN_SCORED_PAIRS, scored_pairs
 
     assert scored_pairs(1000, DEMO_STEPS, given=False) == 1000  # the demo scores its whole test split
-    assert scored_pairs(1000, 5, given=False) == MIN_SCORED_PAIRS == 64  # a smoke run: one batch
+    assert scored_pairs(1000, 5, given=False) == MIN_SCORED_PAIRS == 32  # a smoke run
     assert scored_pairs(1000, 300, given=False) == 300  # one pair per step
     assert scored_pairs(1000, 5, given=True) == 1000  # --max_test_samples decides
     assert scored_pairs(20, 5, given=False) == 20
@@ -520,8 +520,8 @@ def test_a_smoke_run_scores_a_stated_subset_and_evaluates_its_last_step_once(tmp
     common = ["--output_dir", out, "--train_file", pairs, "--validation_file", pairs, "--test_file", pairs]
     run_training(*common, *TINY_MODEL, "--max_steps", 2, "--eval_steps", 2, "--save_strategy", "no")
     test, validation = (json.loads((out / "metrics.json").read_text())[split] for split in ("test", "validation"))
-    assert (test["num_samples"], test["pairs_in_split"], validation["num_samples"]) == (64, 80, 64)
-    said = "Test set (the first 64 of 80 pairs: one per training step, at least 64; --max_test_samples 80 scores them"
+    assert (test["num_samples"], test["pairs_in_split"], validation["num_samples"]) == (32, 80, 32)
+    said = "Test set (the first 32 of 80 pairs: one per training step, at least 32; --max_test_samples 80 scores them"
     assert said in capsys.readouterr().out
     history = json.loads((out / "trainer_state.json").read_text())["log_history"]
     assert [entry["step"] for entry in history if "eval_loss" in entry] == [2]  # not again after training
