@@ -28,9 +28,9 @@ calls can split them around other work):
   every batch);
 - `loss`: the output projection and the loss alone, forward and backward, at the paper's batch (LOSS_SHAPE: 25,000
   target tokens, bf16 hidden states and weight), seconds and peak memory beyond the inputs (`scripts.loss_benchmark`):
-  the loss the model used to compute (a float32 copy of all logits), `token_cross_entropy` (float32 one chunk of rows
-  at a time, at LOSS_CHUNK_ROWS and the rows of LOSS_CHUNKS), the former under `torch.compile` (as compiled training
-  runs it), and Liger-Kernel's fused linear cross-entropy where `liger_kernel` imports.
+  the model's own loss (a float32 copy of all logits), the trainer's `chunked_token_cross_entropy` (float32 one chunk
+  of rows at a time, at LOSS_CHUNK_ROWS and the rows of LOSS_CHUNKS), the former under `torch.compile` (as a compiled
+  model runs it), and Liger-Kernel's fused linear cross-entropy where `liger_kernel` imports.
 
 Every measurement runs in a fresh process; FILE is rewritten after each one, so a run stopped early keeps what it
 measured. `--dry_run`: the same steps on the CPU at the tiny size, in this process (the fresh processes would take
@@ -126,7 +126,7 @@ MEASUREMENTS = ["base-ours", "base-marian", "attention", "shapes", "base-compile
 MEASUREMENTS += ["decoding", "big-ours", "big-compiled", "big-regional", "big-marian", "standard", "loss"]
 # torch's attention kernels that take a padding mask, by device (flash attention takes none).
 ATTENTION_BACKENDS = {"cuda": ("CUDNN_ATTENTION", "EFFICIENT_ATTENTION"), "cpu": ("MATH",)}
-# Rows per chunk of `token_cross_entropy` measured beside the model's LOSS_CHUNK_ROWS.
+# Rows per chunk of `chunked_token_cross_entropy` measured beside its default, `training.loss.LOSS_CHUNK_ROWS`.
 LOSS_CHUNKS = (512, 8192)
 CT2_COMPUTE_TYPES = {"cuda": ("bfloat16", "int8_bfloat16"), "cpu": ("float32",)}
 # Training, ours (the fastest of eager and the compiled systems) vs MarianMTModel; fraction of the dense bf16 peak

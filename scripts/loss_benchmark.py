@@ -1,6 +1,6 @@
-"""The loss over the vocabulary, forward and backward: the model's `token_cross_entropy` (float32 one chunk of rows
-at a time) against what it replaced, `cross_entropy(logits.float(), ...)`; seconds and peak memory of each, every
-variant in a fresh process.
+"""The loss over the vocabulary, forward and backward: the translation trainer's `chunked_token_cross_entropy` (float32
+one chunk of rows at a time) against the model's own, `cross_entropy(logits.float(), ...)`; seconds and peak memory of
+each, every variant in a fresh process.
 
     python -m scripts.loss_benchmark                 # 8,192 rows of 37,000 logits, float32 and bf16, on the CPU
     python -m scripts.loss_benchmark --rows 512 --vocab 1000
@@ -15,34 +15,27 @@ import json
 import statistics
 
 import torch
-from torch import nn
 
-from hf_vanilla_transformer.model import modeling_vanilla_transformer
 from hf_vanilla_transformer.model.modeling_vanilla_transformer import token_cross_entropy
+from hf_vanilla_transformer.training import loss as training_loss
+from hf_vanilla_transformer.training.loss import chunked_token_cross_entropy
 
 from .benchmark import DTYPES, LABEL_SMOOTHING, cpu_model, in_fresh_process, timed
 
 
 ROWS, VOCAB = 8192, 37000
 IGNORED = 0.05  # the share of rows without a target (-100)
-# Each variant: (logits, labels) -> summed loss over the targets / their count, as `token_cross_entropy` returns it.
+# Each variant: (logits, labels) -> summed loss over the targets / their count, as the model's loss returns it.
 VARIANTS = {
     "reference": "cross_entropy(logits.float(), ...): a float32 copy of all logits",
-    "ours": "token_cross_entropy: float32 one chunk of rows at a time",
-    "reference-compiled": "the reference under torch.compile (inductor fuses it; what compiled training runs)",
+    "ours": "chunked_token_cross_entropy: float32 one chunk of rows at a time",
+    "reference-compiled": "the reference under torch.compile (inductor fuses it, as in a compiled model's own loss)",
     "liger": "Liger-Kernel's LigerFusedLinearCrossEntropyLoss (the projection and the loss fused)",
 }
 
 
-class Config:  # what token_cross_entropy reads of a model's config
-    label_smoothing = LABEL_SMOOTHING
-
-
 def reference(logits, labels):
-    loss = nn.functional.cross_entropy(
-        logits.float(), labels, ignore_index=-100, reduction="sum", label_smoothing=LABEL_SMOOTHING
-    )
-    return loss / (labels != -100).sum().clamp(min=1)
+    return token_cross_entropy(logits, labels, None, LABEL_SMOOTHING)
 
 
 def loss_step(variant: str, projection: bool):
@@ -55,7 +48,7 @@ def loss_step(variant: str, projection: bool):
         return lambda hidden, weight, labels: fused(weight, hidden, labels) / (labels != -100).sum().clamp(min=1)
     loss = {
         "reference": reference,
-        "ours": lambda logits, labels: token_cross_entropy(logits, labels, None, Config),
+        "ours": lambda logits, labels: chunked_token_cross_entropy(logits, labels, None, LABEL_SMOOTHING),
         "reference-compiled": torch.compile(reference, dynamic=False),
     }[variant]
     if projection:
@@ -101,7 +94,7 @@ def measure_loss(
     """Seconds of forward + backward of one variant (the median of `repeats` after a first, untimed call, whose own
     time is returned: for the compiled variant, its compilation), the peak memory it takes beyond its inputs in MB
     (on a CPU, of the whole process), and the loss, to compare the variants. `chunk_rows`:
-    the rows per chunk of ours (the model's LOSS_CHUNK_ROWS, for this call)."""
+    the rows per chunk of ours (`training.loss.LOSS_CHUNK_ROWS`, for this call)."""
     step = loss_step(variant, projection=d_model is not None)
     tensors = inputs(rows, vocab, DTYPES[dtype], device, d_model)
     leaves = [t for t in tensors[:2] if t is not None]
@@ -120,13 +113,13 @@ def measure_loss(
         loss.backward()
         return loss.item()
 
-    default_chunk_rows = modeling_vanilla_transformer.LOSS_CHUNK_ROWS
-    modeling_vanilla_transformer.LOSS_CHUNK_ROWS = chunk_rows or default_chunk_rows
+    default_chunk_rows = training_loss.LOSS_CHUNK_ROWS
+    training_loss.LOSS_CHUNK_ROWS = chunk_rows or default_chunk_rows
     try:
         first_seconds, loss = timed(forward_backward, device)
         seconds = statistics.median(timed(forward_backward, device)[0] for _ in range(repeats))
     finally:
-        modeling_vanilla_transformer.LOSS_CHUNK_ROWS = default_chunk_rows
+        training_loss.LOSS_CHUNK_ROWS = default_chunk_rows
     peak = (
         (torch.cuda.max_memory_allocated() - baseline) / 2**20 if device == "cuda" else status_mb("VmHWM") - baseline
     )

@@ -15,7 +15,8 @@ Figure 1 of the paper, box by box, in the order of this file (which is the order
 
 The other heads reuse one stack: `VanillaTransformerForCausalLM` (the decoder without cross-attention) and
 `VanillaTransformerForSequenceClassification` (the encoder). Not the paper, and beside this file: `padding.py` (each
-stack packs its real tokens into rows once) and `input_checks.py` (errors naming the argument; the cache's name).
+stack packs its real tokens into rows once; the encoder's output carries the source's mask) and `input_checks.py`
+(errors naming the argument; the cache's name).
 
 Shapes: b batch, s source length, t target length (new tokens), k key length (cache + new), n real (non-padding)
 tokens packed by `Padding`, h heads, d d_model, dh head dim, v vocabulary. Masks follow transformers: 2D
@@ -23,7 +24,6 @@ tokens packed by `Padding`, h heads, d d_model, dh head dim, v vocabulary. Masks
 """
 
 import copy
-import dataclasses
 
 import torch
 from torch import nn
@@ -42,7 +42,7 @@ from transformers.modeling_outputs import (
 )
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS, PreTrainedModel
 from transformers.processing_utils import Unpack
-from transformers.utils import TransformersKwargs, can_return_tuple, is_torchdynamo_compiling
+from transformers.utils import TransformersKwargs, can_return_tuple
 from transformers.utils.generic import merge_with_config_defaults
 from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
@@ -58,7 +58,7 @@ from .input_checks import (
     check_labels,
     takes_cache,
 )
-from .padding import NO_PADDING, Padding
+from .padding import NO_PADDING, Padding, VanillaTransformerEncoderOutput
 
 
 class VanillaTransformerSinusoidalPositionalEncoding(nn.Module):
@@ -310,13 +310,16 @@ class VanillaTransformerPreTrainedModel(PreTrainedModel):
 
 class VanillaTransformerStack(VanillaTransformerPreTrainedModel):
     """What the encoder and the decoder share: token embeddings x sqrt(d_model) + sinusoidal positions (sections 3.4,
-    3.5), with dropout on the sum (section 5.4), a stack of layers, and a final LayerNorm (pre-norm stacks)."""
+    3.5), with dropout on the sum (section 5.4), a stack of layers, and a final LayerNorm (pre-norm stacks). The token
+    embeddings are the stack's own unless given (`VanillaTransformerModel`'s shared matrix)."""
 
-    def __init__(self, config: VanillaTransformerConfig, inputs: StackInputs, layers: list[nn.Module]):
+    def __init__(self, config: VanillaTransformerConfig, inputs: StackInputs, layers: list[nn.Module], embed_tokens):
         super().__init__(config)
         self.inputs = inputs
         self.embed_scale = config.d_model**0.5 if config.scale_embedding else 1.0
-        self.embed_tokens = nn.Embedding(config.vocab_size, config.d_model, config.pad_token_id)
+        if embed_tokens is None:
+            embed_tokens = nn.Embedding(config.vocab_size, config.d_model, config.pad_token_id)
+        self.embed_tokens = embed_tokens
         self.embed_positions = VanillaTransformerSinusoidalPositionalEncoding(config.d_model)
         self.layers = nn.ModuleList(layers)
         self.layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps) if config.stack_layer_norm else None
@@ -354,28 +357,14 @@ class VanillaTransformerStack(VanillaTransformerPreTrainedModel):
         return padding.unpack(hidden_states)  # (b, t, d)
 
 
-@dataclasses.dataclass
-class VanillaTransformerEncoderOutput(BaseModelOutput):
-    r"""
-    padding_mask (`torch.Tensor` of shape `(batch_size, source_length)`, *optional*):
-        The source's 2D mask if some source token is padding, else `None`, for the cross-attention (not in tuples).
-    """
-
-    padding_mask: torch.Tensor | None = None
-
-    def to_tuple(self) -> tuple:
-        return tuple(value for name, value in self.items() if name != "padding_mask")
-
-
 class VanillaTransformerEncoder(VanillaTransformerStack):
     """`config.encoder_layers` [`VanillaTransformerEncoderLayer`]s over the embedded source."""
 
     _can_record_outputs = {"hidden_states": VanillaTransformerEncoderLayer, "attentions": VanillaTransformerAttention}
 
-    def __init__(self, config: VanillaTransformerConfig):
-        super().__init__(
-            config, SOURCE, [VanillaTransformerEncoderLayer(config, i) for i in range(config.encoder_layers)]
-        )
+    def __init__(self, config: VanillaTransformerConfig, embed_tokens: nn.Embedding | None = None):
+        layers = [VanillaTransformerEncoderLayer(config, i) for i in range(config.encoder_layers)]
+        super().__init__(config, SOURCE, layers, embed_tokens)
 
     @merge_with_config_defaults
     @capture_outputs
@@ -409,9 +398,9 @@ class VanillaTransformerDecoder(VanillaTransformerStack):
         "cross_attentions": OutputRecorder(VanillaTransformerAttention, index=1, layer_name="encoder_attn"),
     }
 
-    def __init__(self, config: VanillaTransformerConfig):
+    def __init__(self, config: VanillaTransformerConfig, embed_tokens: nn.Embedding | None = None):
         layers = [VanillaTransformerDecoderLayer(config, i) for i in range(config.decoder_layers)]
-        super().__init__(config, TARGET if config.is_encoder_decoder else SEQUENCE, layers)
+        super().__init__(config, TARGET if config.is_encoder_decoder else SEQUENCE, layers, embed_tokens)
 
     @merge_with_config_defaults
     @capture_outputs
@@ -471,32 +460,36 @@ class VanillaTransformerDecoder(VanillaTransformerStack):
 
 
 class VanillaTransformerModel(VanillaTransformerPreTrainedModel):
-    """Encoder and decoder with one shared embedding matrix (section 3.4) when `config.tie_word_embeddings`."""
+    """Encoder and decoder with one shared embedding matrix (section 3.4) when `config.tie_word_embeddings`: one
+    module, built here and handed to both stacks (sharding frameworks such as FSDP gather a weight when its module
+    runs). Its three names are declared tied, so that it is saved once, as `shared.weight`."""
+
+    _tied_weights_keys = {
+        "encoder.embed_tokens.weight": "shared.weight",
+        "decoder.embed_tokens.weight": "shared.weight",
+    }
 
     def __init__(self, config: VanillaTransformerConfig):
         super().__init__(config)
         self.shared = None  # untied models have no `shared` matrix rather than an unused one, which would break DDP
         if config.tie_word_embeddings:
             self.shared = nn.Embedding(config.vocab_size, config.d_model, config.pad_token_id)
-        self.encoder = VanillaTransformerEncoder(config)
-        self.decoder = VanillaTransformerDecoder(config)
-        if self.shared is not None:
-            self.set_input_embeddings(self.shared)
+        self.encoder = VanillaTransformerEncoder(config, self.shared)
+        self.decoder = VanillaTransformerDecoder(config, self.shared)
         self.post_init()
 
+    def get_expanded_tied_weights_keys(self, all_submodels: bool = False) -> dict:
+        # The stacks' embeddings are `shared` itself, not weights to tie when loading: `shared.weight` loads them, and
+        # a folder without it leaves all three missing, to be initialised (marked as tied, they would stay on meta).
+        return super().get_expanded_tied_weights_keys(all_submodels) if all_submodels else {}
+
     def get_input_embeddings(self) -> nn.Embedding:
-        return self.shared if self.shared is not None else self.encoder.embed_tokens
+        return self.encoder.embed_tokens
 
     def set_input_embeddings(self, value: nn.Embedding):
-        if self.shared is None:
-            self.encoder.embed_tokens = value
-            return
-        # The one matrix is one module, registered once (here) and called by both stacks: sharding frameworks (FSDP)
-        # gather a weight when its module runs, and transformers saves, loads and ties each registered weight once.
-        self.shared = value
-        for stack in (self.encoder, self.decoder):
-            del stack.embed_tokens
-            object.__setattr__(stack, "embed_tokens", value)  # a reference, not a submodule of the stack
+        if self.shared is not None:
+            self.shared = self.decoder.embed_tokens = value
+        self.encoder.embed_tokens = value
 
     @can_return_tuple
     @takes_cache
@@ -551,57 +544,22 @@ class VanillaTransformerModel(VanillaTransformerPreTrainedModel):
         return VanillaTransformerEncoderOutput(**encoder_outputs, padding_mask=padding_mask)
 
 
-LOSS_CHUNK_ROWS = 2048  # rows of logits per float32 chunk of the loss
+def token_cross_entropy(logits: torch.Tensor, labels: torch.Tensor, num_items_in_batch, label_smoothing: float):
+    """Token-level cross-entropy in float32, label smoothed, over the targets that are not -100, divided by
+    `num_items_in_batch` (passed by `Trainer`: the target count of the whole accumulated batch, so that gradient
+    accumulation gives the update of one large batch), else by the batch's target count (at least 1)."""
+    labels = labels.flatten().to(logits.device)
+    loss = nn.functional.cross_entropy(
+        logits.flatten(0, -2).float(), labels, ignore_index=-100, reduction="sum", label_smoothing=label_smoothing
+    )
+    return loss / targets_count(labels, num_items_in_batch)
 
 
-class ChunkedCrossEntropy(torch.autograd.Function):
-    """`nn.functional.cross_entropy(logits.float(), labels, reduction="sum", label_smoothing=...)`, in float32 one
-    chunk of rows at a time: a float32 copy of all (n, v) logits, its log-softmax and their gradients would take
-    several times the memory of the logits themselves. The forward keeps each row's logsumexp; the backward
-    recomputes the softmax chunk by chunk and writes the gradient in the logits' dtype."""
-
-    @staticmethod
-    def forward(ctx, logits, labels, smoothing):  # (n, v), (n,) with -100 where there is no target
-        keep, targets = labels != -100, labels.clamp(min=0)[:, None]
-        lse = logits.new_empty(len(labels), dtype=torch.float32)
-        losses = torch.empty_like(lse)
-        for rows in (slice(i, i + LOSS_CHUNK_ROWS) for i in range(0, len(labels), LOSS_CHUNK_ROWS)):
-            z = logits[rows].float()
-            lse[rows] = z.logsumexp(-1)
-            nll, smooth = lse[rows] - z.gather(-1, targets[rows]).squeeze(-1), lse[rows] - z.mean(-1)
-            losses[rows] = (1 - smoothing) * nll + smoothing * smooth
-        ctx.save_for_backward(logits, keep, targets, lse)
-        ctx.smoothing = smoothing
-        return torch.where(keep, losses, 0.0).sum()
-
-    @staticmethod
-    @torch.autograd.function.once_differentiable
-    def backward(ctx, grad):  # softmax(z) - (1 - smoothing) * onehot(label) - smoothing / v, 0 without a target
-        logits, keep, targets, lse = ctx.saved_tensors
-        grad_logits, scale, smoothing = torch.empty_like(logits), (grad * keep)[:, None], ctx.smoothing
-        for rows in (slice(i, i + LOSS_CHUNK_ROWS) for i in range(0, len(targets), LOSS_CHUNK_ROWS)):
-            p = (logits[rows] - lse[rows, None]).exp_()  # float32: the softmax
-            p.scatter_add_(-1, targets[rows], p.new_full(targets[rows].shape, smoothing - 1))
-            torch.addcmul(scale[rows] * (-smoothing / logits.shape[-1]), p, scale[rows], out=grad_logits[rows])
-        return grad_logits, None, None
-
-
-def token_cross_entropy(logits: torch.Tensor, labels: torch.Tensor, num_items_in_batch, config) -> torch.Tensor:
-    """Token-level cross-entropy, label smoothed by `config.label_smoothing`, over the targets that are not -100,
-    divided by `num_items_in_batch` (passed by `Trainer`: the target count of the whole accumulated batch, so that
-    gradient accumulation gives the update of one large batch), else by the batch's target count (at least 1)."""
-    logits, labels = logits.reshape(-1, logits.shape[-1]), labels.flatten().to(logits.device)
-    if is_torchdynamo_compiling():  # inductor fuses the plain loss; the chunk loop would recompile for every n
-        loss = nn.functional.cross_entropy(
-            logits.float(), labels, ignore_index=-100, reduction="sum", label_smoothing=config.label_smoothing
-        )
-    else:
-        loss = ChunkedCrossEntropy.apply(logits, labels, config.label_smoothing)
+def targets_count(labels: torch.Tensor, num_items_in_batch) -> torch.Tensor | int:
+    """What a summed token loss is divided by: `num_items_in_batch`, else the targets in `labels` (at least 1)."""
     if num_items_in_batch is None:
-        num_items_in_batch = (labels != -100).sum().clamp(min=1)
-    elif torch.is_tensor(num_items_in_batch):
-        num_items_in_batch = num_items_in_batch.to(loss.device)
-    return loss / num_items_in_batch
+        return (labels != -100).sum().clamp(min=1)
+    return num_items_in_batch.to(labels.device) if torch.is_tensor(num_items_in_batch) else num_items_in_batch
 
 
 def shift_tokens_right(input_ids: torch.Tensor, pad_token_id: int, decoder_start_token_id: int) -> torch.Tensor:
@@ -620,7 +578,7 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
     `labels` (b, t) are the target ids, -100 where there is no target; without `decoder_input_ids` the decoder reads
     them shifted right behind `decoder_start_token_id`. The loss is label smoothed by `config.label_smoothing`. In
     training mode the decoder skips the positions after each row's last target (unless `decoder_attention_mask` says
-    otherwise) and only real target positions are projected to the vocabulary: the logits of the others are 0.
+    otherwise): their states, and so their logits, are 0.
     """
 
     _tied_weights_keys = {"lm_head.weight": "model.shared.weight"}
@@ -671,14 +629,12 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
             use_cache=use_cache,
             **kwargs,
         )
-        # In training, only the real target positions are projected and scored.
-        targets = Padding(decoder_attention_mask) if labels is not None and self.training else NO_PADDING
-        logits = self.lm_head(targets.pack(outputs.last_hidden_state))  # (n, v) or (b, t, v)
+        logits = self.lm_head(outputs.last_hidden_state)  # (b, t, v)
         loss = None
         if labels is not None:
-            loss = token_cross_entropy(logits, targets.pack(labels), num_items_in_batch, self.config)
+            loss = token_cross_entropy(logits, labels, num_items_in_batch, self.config.label_smoothing)
         other_outputs = {name: value for name, value in outputs.items() if name != "last_hidden_state"}
-        return Seq2SeqLMOutput(loss=loss, logits=targets.unpack(logits), **other_outputs)
+        return Seq2SeqLMOutput(loss=loss, logits=logits, **other_outputs)
 
 
 class VanillaTransformerForCausalLM(VanillaTransformerPreTrainedModel, GenerationMixin):
@@ -733,7 +689,7 @@ class VanillaTransformerForCausalLM(VanillaTransformerPreTrainedModel, Generatio
         logits = self.lm_head(hidden_states)  # (b, t, v)
         loss = None
         if shift_labels is not None:
-            loss = token_cross_entropy(logits, shift_labels, num_items_in_batch, self.config)
+            loss = token_cross_entropy(logits, shift_labels, num_items_in_batch, self.config.label_smoothing)
         other_outputs = {name: value for name, value in outputs.items() if name != "last_hidden_state"}
         return CausalLMOutputWithCrossAttentions(loss=loss, logits=logits, **other_outputs)
 

@@ -6,7 +6,10 @@ works on the packed rows (as transformers' flash-attention helpers unpad and pad
 Not the paper, so not in the modeling file; it ships beside it as remote code and imports only torch and transformers.
 """
 
+import dataclasses
+
 import torch
+from transformers.modeling_outputs import BaseModelOutput
 from transformers.utils import is_torchdynamo_compiling
 
 
@@ -88,4 +91,18 @@ class Padding:
 NO_PADDING = Padding(None)
 
 
-__all__ = ["NO_PADDING", "PACKED_ROWS_MULTIPLE", "Padding"]
+@dataclasses.dataclass
+class VanillaTransformerEncoderOutput(BaseModelOutput):
+    r"""
+    padding_mask (`torch.Tensor` of shape `(batch_size, source_length)`, *optional*):
+        The source's 2D mask if some source token is padding, else `None`, for the cross-attention (not in tuples):
+        the encoder's `Padding` found it, and the decoder needs not find it again.
+    """
+
+    padding_mask: torch.Tensor | None = None
+
+    def to_tuple(self) -> tuple:
+        return tuple(value for name, value in self.items() if name != "padding_mask")
+
+
+__all__ = ["NO_PADDING", "PACKED_ROWS_MULTIPLE", "Padding", "VanillaTransformerEncoderOutput"]

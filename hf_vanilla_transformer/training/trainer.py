@@ -24,6 +24,7 @@ from .batching import (
     auto_max_tokens,
 )
 from .checkpoints import FileModesCallback
+from .loss import chunked_token_cross_entropy
 from .progress import TrainingProgressCallback
 
 
@@ -91,8 +92,11 @@ class TranslationTrainer(Seq2SeqTrainer):
     - `max_train_minutes` stops training after that much time; the progress bar and the log show the real total
       number of steps and the time left, with or without a time budget ([`TrainingProgressCallback`]).
 
-    Label smoothing is the model's `config.label_smoothing` (one fused loss over the target tokens). transformers'
-    `label_smoothing_factor` also works but smooths over full logits outside the model, the slower route.
+    - The loss is the model's own (`token_cross_entropy`, label smoothed by the model's `config.label_smoothing`),
+      computed from the logits through `Trainer`'s loss hook (`compute_loss_func`) in float32 one chunk of rows at a
+      time ([`chunked_token_cross_entropy`]): no float32 copy of all the logits. transformers' `label_smoothing_factor`
+      replaces it with its `LabelSmoother`, which smooths over a float32 log-softmax of all the logits (MarianMT's
+      route in the recipe, as its config has no label smoothing).
     """
 
     def __init__(
@@ -107,17 +111,34 @@ class TranslationTrainer(Seq2SeqTrainer):
         if tokens_per_update and not max_tokens:
             raise InputError("--tokens_per_update derives gradient accumulation for token batches: set --max_tokens.")
         self.max_tokens, self.tokens_per_update = max_tokens, tokens_per_update
-        # A checkpoint holds a tied output projection as the embedding alone; resuming, Trainer ties the keys that
-        # `_keys_to_ignore_on_save` names instead of reporting them missing.
-        tied = set(getattr(self.model, "all_tied_weights_keys", None) or ())
+        # A checkpoint holds each weight under one name (a tied output projection and the stacks' shared embedding as
+        # the embedding alone); resuming, Trainer ties the keys that `_keys_to_ignore_on_save` names instead of
+        # reporting them missing.
+        tied = {name for name, _ in self.model.named_parameters(remove_duplicate=False)}
+        tied -= {name for name, _ in self.model.named_parameters()}
         if tied:
             self.model._keys_to_ignore_on_save = set(self.model._keys_to_ignore_on_save or ()) | tied
         self._update_tokens = []  # target tokens of each update since the last log
+        if self.compute_loss_func is None and self.label_smoother is None:
+            self.compute_loss_func = self.token_loss
         if self.processing_class is not None and hasattr(self.processing_class, "pad_token_id"):
             check_tokenizer_fits_model(self.processing_class, self.model.config)
         bar = next((c for c in self.callback_handler.callbacks if isinstance(c, ProgressCallback)), None)
         self.add_callback(TrainingProgressCallback(max_train_minutes, bar))
         self.add_callback(FileModesCallback())
+
+    def token_loss(self, outputs, labels: torch.Tensor, num_items_in_batch=None) -> torch.Tensor:
+        smoothing = getattr(self.model.config, "label_smoothing", 0.0)
+        return chunked_token_cross_entropy(outputs.logits, labels, num_items_in_batch, smoothing)
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        # The loss hook takes the labels away: the model gets from them what it would have taken itself, and no
+        # key/value cache (one for nothing, with which this package's decoder would also compute a right-padded
+        # target's padding rather than skip it).
+        inputs = {**inputs, "use_cache": False}
+        if "labels" in inputs and "decoder_input_ids" not in inputs and "decoder_inputs_embeds" not in inputs:
+            inputs["decoder_input_ids"] = self.model.prepare_decoder_input_ids_from_labels(labels=inputs["labels"])
+        return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
 
     def get_train_dataloader(self) -> DataLoader:
         """With `max_tokens`: a data loader over [`TokenBatchSampler`] batches, handed to accelerate, which gives

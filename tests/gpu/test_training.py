@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from hf_vanilla_transformer import VanillaTransformerForConditionalGeneration
-from hf_vanilla_transformer.model import modeling_vanilla_transformer, padding
+from hf_vanilla_transformer.model import padding
+from hf_vanilla_transformer.training import loss as training_loss
 from tests.helpers import (
     CUDA_TESTS,
     HOST_READS_PER_TRAINING_STEP,
@@ -17,7 +18,7 @@ from tests.helpers import (
     require_bf16,
     tiny_config,
 )
-from tests.model.test_loss import loss_and_gradient, ours, reference
+from tests.training.test_loss import loss_and_gradient, ours, reference
 
 
 pytestmark = CUDA_TESTS
@@ -118,10 +119,10 @@ def test_packed_rows_rounded_up_on_cuda_change_nothing_a_real_token_sees(attn_im
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
 def test_the_chunked_loss_is_torchs_cross_entropy_on_cuda(dtype, monkeypatch):
-    """The model's loss against `cross_entropy(logits.float(), ...)` in value and gradient, over chunks of 64 rows."""
+    """The trainer's loss against the model's (a float32 copy of the logits) in value and gradient, 64-row chunks."""
     if dtype == torch.bfloat16:
         require_bf16()
-    monkeypatch.setattr(modeling_vanilla_transformer, "LOSS_CHUNK_ROWS", 64)
+    monkeypatch.setattr(training_loss, "LOSS_CHUNK_ROWS", 64)
     g = torch.Generator("cuda").manual_seed(0)
     logits = (4 * torch.randn(300, 1000, generator=g, device="cuda")).to(dtype)
     labels = torch.randint(0, 1000, (300,), generator=g, device="cuda")

@@ -209,20 +209,36 @@ def test_a_folder_without_the_embedding_loads_a_model_that_runs(tmp_path, model_
 
 
 def test_the_base_model_saves_and_reloads_every_weight(tmp_path):
-    """`VanillaTransformerModel` (AutoModel) round-trips: the folder holds every weight its state dict lists (nothing
-    ignored on save), and a reload reports none missing."""
+    """`VanillaTransformerModel` (AutoModel) round-trips: the folder holds every weight its state dict lists, the
+    shared embedding once (the stacks' names for it aside), and a reload reports none missing."""
     from safetensors import safe_open
 
     model = VanillaTransformerModel(tiny_config())
     model.save_pretrained(tmp_path)
+    aliases = {"encoder.embed_tokens.weight", "decoder.embed_tokens.weight"}
     with safe_open(tmp_path / "model.safetensors", "pt") as f:
-        assert set(f.keys()) == set(model.state_dict())
+        assert set(f.keys()) == set(model.state_dict()) - aliases
     reloaded, info = VanillaTransformerModel.from_pretrained(tmp_path, output_loading_info=True)
     assert info["missing_keys"] == set() and info["unexpected_keys"] == set()
     assert not reloaded._keys_to_ignore_on_save
     for name, value in model.state_dict().items():
         torch.testing.assert_close(reloaded.state_dict()[name], value)
     assert reloaded.encoder.embed_tokens is reloaded.decoder.embed_tokens is reloaded.shared
+
+
+@pytest.mark.parametrize("tie", [True, False], ids=["tied", "untied"])
+def test_the_encoder_is_a_module_holding_everything_it_uses(tie):
+    """`get_encoder()` alone: its state dict holds its embeddings, `.to()` moves them, and it encodes as before."""
+    model = make_model(tie_word_embeddings=tie).eval()
+    encoder = model.get_encoder()
+    assert "embed_tokens.weight" in encoder.state_dict()
+    assert {id(p) for p in encoder.parameters()} >= {id(model.get_input_embeddings().weight)}
+    input_ids, attention_mask, _ = random_batch()
+    expected = encoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+    encoder.to(torch.float64)
+    assert model.get_input_embeddings().weight.dtype == torch.float64
+    got = encoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+    torch.testing.assert_close(got.float(), expected, atol=1e-5, rtol=1e-5)
 
 
 def test_untied_model_has_three_independent_matrices_and_round_trips(tmp_path):
@@ -560,7 +576,8 @@ def test_rows_rounded_up_with_padded_positions_change_nothing_a_real_token_sees(
         torch.testing.assert_close(rounded_grads[name], grad, atol=1e-6, rtol=1e-5, msg=name)
 
 
-def test_training_mode_projects_only_positions_with_a_target():
+def test_training_mode_gives_the_logits_of_evaluation_where_a_row_has_targets_and_zeros_after():
+    """In training the decoder skips what follows a row's last target: the states there are 0, and so the logits."""
     model = make_model(dropout=0.0)
     input_ids, attention_mask, labels = random_batch()
     model.eval()

@@ -29,7 +29,7 @@ def test_ruff_format_leaves_every_file_unchanged():
 
 # The files every user reads: the remote-code files a model folder ships, and the package's front.
 LINE_BUDGETS = {
-    "hf_vanilla_transformer/model/modeling_vanilla_transformer.py": 787,
+    "hf_vanilla_transformer/model/modeling_vanilla_transformer.py": 750,
     "hf_vanilla_transformer/model/configuration_vanilla_transformer.py": 180,
     "hf_vanilla_transformer/__init__.py": 60,
 }

@@ -19,6 +19,7 @@ from hf_vanilla_transformer.training.batching import (
     auto_max_tokens,
     training_bytes_per_token,
 )
+from hf_vanilla_transformer.training.loss import chunked_token_cross_entropy
 from hf_vanilla_transformer.training.trainer import TranslationDataCollator, TranslationTrainer
 from tests.helpers import tiny_config, tiny_tokenizer
 
@@ -119,7 +120,8 @@ def test_lengths_padded_to_a_multiple_stay_within_the_budget():
 
 def saved_bytes_per_token(config) -> float:
     """Bytes that autograd keeps for the backward pass per (source + target) token of a bf16 autocast training
-    step, measured on the CPU: the difference between two batch sizes, without the per-batch half-precision weights."""
+    step as the translation trainer takes it (the model's logits, the chunked loss), measured on the CPU: the
+    difference between two batch sizes, without the per-batch half-precision weights."""
     model = VanillaTransformerForConditionalGeneration(config).train()
 
     def saved(batch, length=24):
@@ -132,7 +134,9 @@ def saved_bytes_per_token(config) -> float:
 
         with torch.autograd.graph.saved_tensors_hooks(keep, lambda tensor: tensor):
             with torch.autocast("cpu", torch.bfloat16):
-                model(input_ids=ids, attention_mask=torch.ones_like(ids), labels=ids)
+                inputs = dict(input_ids=ids, attention_mask=torch.ones_like(ids), use_cache=False)
+                logits = model(**inputs, decoder_input_ids=model.prepare_decoder_input_ids_from_labels(ids)).logits
+                chunked_token_cross_entropy(logits, ids)
         return sum(storages.values())
 
     return (saved(8) - saved(4)) / (4 * 24)

@@ -34,8 +34,8 @@ class SentenceLengthLimit(StoppingCriteria):
 @pytest.fixture(scope="module")
 def model():
     """A tiny model trained for a moment on the six sentence pairs: unsure enough that its hypotheses end at many
-    different steps, some only at their limit, and beam search's finished lists change late."""
-    torch.manual_seed(0)
+    different steps, some only at their limit, and beam search's finished lists change late (as seed 1 makes it)."""
+    torch.manual_seed(1)
     model = VanillaTransformerForConditionalGeneration(tiny_config(vocab_size=len(TOKENIZER), dropout=0.0))
     batch = TOKENIZER(SENTENCES[0::2], text_target=SENTENCES[1::2], padding=True, return_tensors="pt")
     batch["labels"][batch["labels"] == TOKENIZER.pad_token_id] = -100
