@@ -145,8 +145,12 @@ def add_arguments(parser: argparse.ArgumentParser, exclude: tuple[str, ...] = ()
         groups[f.metadata["group"]].add_argument(f"--{f.name}", default=default, help=help, **f.metadata["argument"])
 
 
+def cores() -> int:
+    """The cores this process may run on."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
 def default_threads(processes: int = 1, reserved: int = 0) -> int:
     """Torch threads for each of `processes` on this machine: its cores shared among them, less `reserved` per process
     (a server's event loop), at least one. torchrun and accelerate launch set one thread per process otherwise."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    return max(1, cores // max(processes, 1) - reserved)
+    return max(1, cores() // max(processes, 1) - reserved)

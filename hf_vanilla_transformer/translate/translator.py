@@ -39,7 +39,7 @@ from .io import (
     save_state,
     windows,
 )
-from .options import DecodeOptions, EngineOptions
+from .options import DecodeOptions, EngineOptions, cores
 from .sentences import join, segments, split_sentences
 
 
@@ -324,6 +324,10 @@ def load_translator(
             f"translator.translate(lines, DecodeOptions({decoding[0]}=...))."
         )
     engine = dataclasses.replace(engine or EngineOptions(), **changes).check()
+    if engine.threads and engine.threads > cores():
+        # More threads than cores only wait for each other (OpenMP's threads spin at every barrier).
+        logger.warning(f"--threads {engine.threads}: this machine has {cores()} cores; the engine runs {cores()}.")
+        engine = dataclasses.replace(engine, threads=cores())
     if engine.threads:
         torch.set_num_threads(engine.threads)
     device = engine.device

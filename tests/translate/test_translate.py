@@ -418,6 +418,17 @@ def test_sampling_is_reproducible_from_the_seed(translator):
     assert first != sampled(4)
 
 
+def test_more_threads_than_cores_are_capped_with_a_warning(model_dir, caplog):
+    threads, available = torch.get_num_threads(), len(os.sched_getaffinity(0))
+    try:
+        translator = load_translator(str(model_dir), device="cpu", threads=available + 62)
+        assert torch.get_num_threads() == available and translator.engine.threads == available
+        message = f"--threads {available + 62}: this machine has {available} cores; the engine runs {available}."
+        assert message in caplog.text
+    finally:
+        torch.set_num_threads(threads)
+
+
 def test_int8_quantizes_every_linear_layer_and_still_translates(model_dir, translator):
     quantized = load_translator(str(model_dir), device="cpu", int8=True)
     model = quantized.backend.model
