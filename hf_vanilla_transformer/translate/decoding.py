@@ -46,10 +46,11 @@ from transformers import (
     StaticCache,
     SuppressTokensLogitsProcessor,
 )
+from transformers.modeling_outputs import BaseModelOutput
 
 from ..data.trained_on import FIELD, token_ids
 from ..errors import InputError
-from ..model.modeling_vanilla_transformer import CACHE_NAME, VanillaTransformerForConditionalGeneration
+from ..model.input_checks import CACHE_NAME
 
 
 # With the static cache a sentence that is done stays in the batch (its rows are computed anyway), so greedy and beam
@@ -162,8 +163,9 @@ class _Search:
     """The sentences still decoding: their encoder output, source masks and key/value cache, num_beams rows each, and
     the logits processors of the generation config.
 
-    The encoder output is kept as the encoder returned it (for this package's model it also carries what the decoder
-    needs of the source mask, found once), its tensors cut to the rows still decoding."""
+    Each step calls the model as `generate()` does, with the encoder output as the encoder returned it (its tensors
+    cut to the rows still decoding) and the source mask: what a model found once about its source, it may keep in its
+    encoder output (this package's model: whether the source has padding)."""
 
     def __init__(self, model, encoder_outputs, attention_mask, num_beams: int, config: GenerationConfig):
         self.model, self.num_beams, self.config, self.cache = model, num_beams, config, None
@@ -187,8 +189,9 @@ class _Search:
     def use_static_cache(self, cache: EncoderDecoderCache, compile_config: CompileConfig | None, sentences: int):
         """Decode through `cache`, the first `sentences` sentences (the other rows fill the batch up)."""
         rows, device, self.cache = self.attention_mask.shape[0], self.attention_mask.device, cache
-        if getattr(self.encoder_outputs, "padding_mask", True) is None:  # one graph, with or without padding
-            self.encoder_outputs.padding_mask = self.attention_mask
+        # The encoder's states alone: the model reads the source's padding from the mask at every step, so that the
+        # compiled step is one graph, with or without padding.
+        self.encoder_outputs = BaseModelOutput(last_hidden_state=self.encoder_outputs.last_hidden_state)
         self.sentences = self.sentences[:sentences]
         self.live = torch.arange(sentences * self.num_beams, device=device)
         self.tokens = torch.zeros(rows, dtype=torch.long, device=device)
@@ -210,18 +213,6 @@ class _Search:
                 **{CACHE_NAME: self.cache},
             )
             return outputs.logits[self.live, -1, :].to(dtype=torch.float32)
-        if isinstance(self.model, VanillaTransformerForConditionalGeneration):
-            # This package's model is its decoder and the output projection: called directly, a step skips two
-            # wrappers and two output objects, a tenth of a step's time on a CPU at batch 1.
-            outputs = self.model.get_decoder()(
-                input_ids=tokens[:, None],
-                encoder_hidden_states=self.encoder_outputs.last_hidden_state,
-                encoder_attention_mask=self.encoder_outputs.padding_mask,
-                use_cache=True,
-                **{CACHE_NAME: self.cache},
-            )
-            self.cache = outputs[CACHE_NAME]
-            return self.model.get_output_embeddings()(outputs.last_hidden_state[:, -1, :]).float()
         outputs = self.model(
             encoder_outputs=self.encoder_outputs,
             attention_mask=self.attention_mask,
