@@ -66,7 +66,7 @@ def test_other_mistakes_exit_the_same_way(tmp_path):
     (tmp_path / "b" / "notes.txt").write_text("mine")
     with pytest.raises(InputError, match="--output_dir .* is not empty.*--overwrite.*--resume_from_checkpoint last"):
         run_training("--train_file", pairs, "--output_dir", tmp_path / "b", *TINY_RUN)
-    with pytest.raises(InputError, match="attention_heads.*must be a divisor of d_model=32"):
+    with pytest.raises(InputError, match="--attention_heads must be a divisor of --d_model 32, got 5"):
         run_training("--train_file", pairs, "--output_dir", tmp_path / "c", *TINY_RUN, "--attention_heads", 5)
 
 
