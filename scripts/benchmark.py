@@ -57,6 +57,7 @@ from transformers.trainer_pt_utils import LabelSmoother
 
 from hf_vanilla_transformer import VanillaTransformerForConditionalGeneration
 from hf_vanilla_transformer.recipes.common import expand_sizes, model_config_for
+from hf_vanilla_transformer.training.loss import chunked_token_cross_entropy
 from hf_vanilla_transformer.training.report import cpu_model
 from hf_vanilla_transformer.translate.decoding import decode
 
@@ -211,14 +212,16 @@ def build_model(system: str, size: str, seed: int = SEED) -> nn.Module:
 def training_loss(model: nn.Module, system: str, batch: dict) -> torch.Tensor:
     """The loss each system's usual trainer computes, label smoothing 0.1 over the non-padding targets.
 
-    Our model three ways: as our TranslationTrainer calls it (labels and the collator's decoder mask); as plain
-    `Seq2SeqTrainer` and `run_translation.py` do (labels only); and as a custom loop that takes logits for given
-    decoder inputs and computes the loss itself (the model sees neither labels nor target padding).
+    Our model three ways: as our TranslationTrainer computes it (the collator's decoder mask, the model's logits and
+    the trainer's chunked loss); as plain `Seq2SeqTrainer` and `run_translation.py` do (labels only); and as a custom
+    loop that takes logits for given decoder inputs and computes the loss itself (the model sees neither labels nor
+    target padding).
     """
     if system == "ours-labels":
         return model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], labels=batch["labels"]).loss
     if system in ("ours-sdpa", "ours-eager", *COMPILED_SYSTEMS):
-        return model(**batch).loss
+        logits = model(**{name: value for name, value in batch.items() if name != "labels"}, use_cache=False).logits
+        return chunked_token_cross_entropy(logits, batch["labels"], None, LABEL_SMOOTHING)
     inputs = {name: value for name, value in batch.items() if name not in ("labels", "decoder_attention_mask")}
     if system == "ours-logits":
         logits = model(**inputs).logits
