@@ -112,7 +112,7 @@ def test_static_page_translates_like_pytorch_greedy_from_local_files_only(browse
     settings = json.loads((folder / "demo.json").read_text())
     assert settings["max_new_tokens"] == [24] * (128 + 1)  # the model's own limit; it accepts 128 tokens
     translator, greedy = load_translator(str(model_dir), device="cpu"), DecodeOptions(num_beams=1)
-    assert settings["max_source_tokens"] == greedy.max_source_tokens == 128
+    assert settings["max_source_tokens"] == translator.max_source_tokens == 128
     wait = WebDriverWait(browser, 180)
     requested_urls(browser)  # clears the log
     browser.get(url)
