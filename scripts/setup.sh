@@ -64,7 +64,7 @@ install_torch() {
 if [ "$floor" = 1 ]; then
   install_torch "torch==$(lower_bound torch)"
 elif [ "$torch_release" = newest ]; then
-  newest=$("${pip[@]}" index versions torch 2>/dev/null | sed -n 's/^torch (\(.*\))$/\1/p')
+  newest=$("$python" -m pip index versions torch 2>/dev/null | sed -n 's/^torch (\(.*\))$/\1/p')
   [ -n "$newest" ] || { echo "setup.sh: the package index did not say which torch release is the newest" >&2; exit 1; }
   install_torch "torch==$newest"
 elif [ -n "$torch_release" ]; then
