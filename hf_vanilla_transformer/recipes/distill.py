@@ -106,6 +106,7 @@ def build_parser(prog: str):
     ray.add_argument("--address", default=os.environ.get("RAY_ADDRESS"), help="a Ray cluster to join (default: "
                      "$RAY_ADDRESS, else a local Ray on this machine's cores)")  # fmt: skip
     ray.add_argument("--num_workers", type=int, help="actors with the teacher (default: one per GPU, else per 4 CPUs)")
+    ray.add_argument("--verbose", action="store_true", help="show Ray's own log lines and its workers' output")
     ray.add_argument("--shard_rows", type=int, default=DEFAULT_SHARD_ROWS, help="lines per shard, the unit of resume")
     add_arguments(parser, exclude=NOT_TEACHER_OPTIONS, **TEACHER_DECODING)
     return parser
@@ -298,7 +299,7 @@ class Distillation:
 
     def translate(self) -> dict:
         from ..translate.corpus import ray_module, translate_corpus
-        from ..translate.corpus_command import init_arguments
+        from ..translate.corpus_command import start_ray
         from .distill_data import SOURCES
 
         ray, started = ray_module(), False
@@ -306,7 +307,7 @@ class Distillation:
         def connect():
             nonlocal started
             if not ray.is_initialized():
-                ray.init(**init_arguments(self.args.address))
+                start_ray(self.args.address, self.args.verbose)
                 started = True
 
         try:

@@ -349,6 +349,8 @@ def test_under_two_processes_both_train_and_the_first_does_the_other_steps(local
     result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=900, stdin=subprocess.DEVNULL)
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.count("# Distillation report") == 1
+    for ray_says in ("core_worker", "logging_progress", "(MapWorker"):  # Ray is quiet unless --verbose
+        assert ray_says not in result.stderr
     for model in ("student", "baseline"):
         training = json.loads((output_dir / model / "metrics.json").read_text())["training"]
         assert training["world_size"] == 2 and training["steps"] == 4

@@ -565,10 +565,11 @@ def test_a_missing_model_folder_is_named_at_once_by_every_command(capsys, tmp_pa
             "r",
         ],
         ["export", "marian", "--model", "models/nope", "--output_dir", "m"],
+        ["distill", "--teacher", "models/nope", "--output_dir", "d"],
     ):
         assert "models/nope: no such model folder, nor a Hub model of that id" in one_line_error(capsys, *argv)
     assert time.monotonic() - start < 30  # no network retries (the commands' own start-up aside)
-    assert not (tmp_path / "r").exists() and not (tmp_path / "m").exists()
+    assert not any((tmp_path / name).exists() for name in ("r", "m", "d"))
 
 
 def test_a_name_that_may_be_a_hub_id_is_looked_up_once(monkeypatch):  # row 35
