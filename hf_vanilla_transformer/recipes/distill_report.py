@@ -5,7 +5,7 @@ teacher; the corpus counts and each step's wall time.
 
 Each engine loads its model once and translates the test sources with each decoding, after a few lines of warm-up,
 through the engine of `translate` (one line, one sentence); speeds are of this process alone, on `threads` threads,
-the fastest of `TIMED_PASSES` passes.
+the fastest of `TIMED_PASSES` passes that go round every engine in turn.
 """
 
 import json
@@ -29,8 +29,9 @@ ENGINES = {
 }
 DECODINGS = {"greedy": 1, "beam 4": 4}
 WARM_UP_LINES = 8
-# A speed is the fastest of these passes over the test split: the one least slowed by other work on the machine (one
-# pass of identical networks differed by a fifth on a shared 2-core machine).
+# A speed is the fastest of these passes over the test split, taken in turns with the other engines: the one least
+# slowed by other work on the machine (on a shared 2-core machine one pass of two identical networks differed by a
+# fifth, and three passes of one engine after the other by a third).
 TIMED_PASSES = 3
 HEADLINE = ("PyTorch float32", "beam 4")  # the teacher's row the speed-ups are measured against
 
@@ -48,56 +49,58 @@ def parameters(folder: Path) -> int:
     return count
 
 
-def measure(folder: Path, engine: EngineOptions, sources: list[str], references: list[str], source_lang) -> dict:
-    """{decoding: scores and speeds} of the model in `folder` on `engine`, loaded once."""
-    translator = load_translator(str(folder), engine)
-    rows = {}
-    for decoding, num_beams in DECODINGS.items():
-        options = DecodeOptions(
-            num_beams=num_beams, early_stopping=num_beams > 1 or None, split_sentences=False, source_lang=source_lang
-        )
-        translator.translate(sources[:WARM_UP_LINES], options, scores=False)
-        seconds = math.inf
-        for _ in range(TIMED_PASSES):
-            started = time.perf_counter()
-            results = translator.translate(sources, options, scores=False)
-            seconds = min(seconds, time.perf_counter() - started)
-        best = [result.hypotheses[0] if result.hypotheses else None for result in results]
-        hypotheses = [h.text.strip() if h else "" for h in best]
-        tokens = sum(len(h.tokens) for h in best if h)
-        scores = corpus_scores(hypotheses, references)
-        rows[decoding] = dict(
-            bleu=round(scores["bleu"], 2),
-            chrf=round(scores["chrf"], 2),
-            sentences_per_second=round(len(sources) / seconds, 2),
-            tokens_per_second=round(tokens / seconds, 1),
-            seconds=round(seconds, 2),
-        )
-    return rows
+def scored(results, seconds: float, sources: list[str], references: list[str]) -> dict:
+    """A pass's scores and speeds."""
+    best = [result.hypotheses[0] if result.hypotheses else None for result in results]
+    scores = corpus_scores([h.text.strip() if h else "" for h in best], references)
+    return dict(
+        bleu=round(scores["bleu"], 2),
+        chrf=round(scores["chrf"], 2),
+        sentences_per_second=round(len(sources) / seconds, 2),
+        tokens_per_second=round(sum(len(h.tokens) for h in best if h) / seconds, 1),
+        seconds=round(seconds, 2),
+    )
 
 
 def evaluate_models(models: dict[str, dict[str, Path]], test_file: Path, languages, threads: int, limit=None) -> dict:
-    """`models`: name -> {engine name: folder}. The report's rows and the machine they ran on."""
+    """`models`: name -> {engine name: folder}. The report's rows and the machine they ran on. Every engine is loaded
+    once, and the passes go round all of them in turn, so that a slow spell of the machine falls on each alike."""
     source_lang, target_lang = languages
     pairs = [json.loads(line)["translation"] for line in test_file.read_text(encoding="utf-8").splitlines()]
     pairs = pairs[:limit] if limit else pairs
     sources, references = [p[source_lang] for p in pairs], [p[target_lang] for p in pairs]
-    rows = []
+    runs = []
     for model, folders in models.items():
         for engine_name, folder in folders.items():
-            engine = EngineOptions(threads=threads, **ENGINES[engine_name])
-            for decoding, scores in measure(folder, engine, sources, references, source_lang).items():
-                files = weight_files(folder)
-                rows.append(
-                    dict(
-                        model=model,
-                        engine=engine_name,
-                        decoding=decoding,
-                        **scores,
-                        size_mb=round(sum(path.stat().st_size for path in files) / 1e6, 1),
-                        parameters=parameters(folders["PyTorch float32"]),
-                    )
-                )
+            translator = load_translator(str(folder), EngineOptions(threads=threads, **ENGINES[engine_name]))
+            for decoding, num_beams in DECODINGS.items():
+                options = DecodeOptions(
+                    num_beams=num_beams, early_stopping=num_beams > 1 or None, split_sentences=False,
+                    source_lang=source_lang,
+                )  # fmt: skip
+                translator.translate(sources[:WARM_UP_LINES], options, scores=False)
+                runs.append(dict(model=model, engine=engine_name, decoding=decoding, run=(translator, options)))
+    seconds, results = [math.inf] * len(runs), [None] * len(runs)
+    for _ in range(TIMED_PASSES):
+        for i, run in enumerate(runs):
+            translator, options = run["run"]
+            started = time.perf_counter()
+            results[i] = translator.translate(sources, options, scores=False)
+            seconds[i] = min(seconds[i], time.perf_counter() - started)
+    rows = []
+    for run, result, time_ in zip(runs, results, seconds):
+        model, engine_name = run["model"], run["engine"]
+        files = weight_files(models[model][engine_name])
+        rows.append(
+            dict(
+                model=model,
+                engine=engine_name,
+                decoding=run["decoding"],
+                **scored(result, time_, sources, references),
+                size_mb=round(sum(path.stat().st_size for path in files) / 1e6, 1),
+                parameters=parameters(models[model]["PyTorch float32"]),
+            )
+        )
     return dict(test_sentences=len(sources), threads=threads, hardware=hardware(), rows=rows)
 
 
