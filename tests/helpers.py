@@ -9,6 +9,7 @@ import functools
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -495,3 +496,9 @@ def running_server(*args, **kwargs):
         yield server.wait_ready()
     finally:
         server.stop()
+
+
+def default_sigint() -> None:
+    """`subprocess.Popen(preexec_fn=default_sigint)`: the child takes Ctrl-C as from a terminal, whatever this process
+    inherited (a shell starts a background job with SIGINT ignored, and Python then keeps it ignored)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)

@@ -25,6 +25,7 @@ from tests.helpers import (
     PAIRS,
     ROOT,
     TINY_MODEL,
+    default_sigint,
     logged,
     logged_losses,
     run_distributed,
@@ -466,6 +467,7 @@ def test_a_stopped_run_keeps_a_whole_checkpoint_says_how_to_continue_and_continu
     run = subprocess.Popen(
         [*map(str, command), "--max_steps", "1000", "--save_steps", "1000", "--logging_steps", "1"],
         env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        preexec_fn=default_sigint,
     )  # fmt: skip
     said = []
     for line in run.stderr:  # the recipe's log: training began

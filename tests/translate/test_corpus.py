@@ -21,7 +21,7 @@ from hf_vanilla_transformer.translate.corpus_command import start_ray
 from hf_vanilla_transformer.translate.io import resume_point
 from hf_vanilla_transformer.translate.options import DecodeOptions, EngineOptions
 from hf_vanilla_transformer.translate.translator import load_translator, output_settings, translate_lines
-from tests.helpers import ROOT, SENTENCES, serving_model_dir
+from tests.helpers import ROOT, SENTENCES, default_sigint, serving_model_dir
 
 
 ray = pytest.importorskip("ray")
@@ -244,7 +244,10 @@ def command(*args) -> subprocess.Popen:
     address = ray.get_runtime_context().gcs_address
     argv = [sys.executable, "-m", "hf_vanilla_transformer", "translate-corpus", "--address", address, *map(str, args)]
     env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
-    return subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    return subprocess.Popen(
+        argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        preexec_fn=default_sigint,
+    )  # fmt: skip
 
 
 @pytest.mark.slow
