@@ -88,7 +88,7 @@ def evaluate_models(models: dict[str, dict[str, Path]], test_file: Path, languag
             results[i] = translator.translate(sources, options, scores=False)
             seconds[i] = min(seconds[i], time.perf_counter() - started)
     rows = []
-    for run, result, time_ in zip(runs, results, seconds):
+    for run, result, fastest in zip(runs, results, seconds):
         model, engine_name = run["model"], run["engine"]
         files = weight_files(models[model][engine_name])
         rows.append(
@@ -96,7 +96,7 @@ def evaluate_models(models: dict[str, dict[str, Path]], test_file: Path, languag
                 model=model,
                 engine=engine_name,
                 decoding=run["decoding"],
-                **scored(result, time_, sources, references),
+                **scored(result, fastest, sources, references),
                 size_mb=round(sum(path.stat().st_size for path in files) / 1e6, 1),
                 parameters=parameters(models[model]["PyTorch float32"]),
             )
