@@ -30,8 +30,8 @@ ENGINES = {
 DECODINGS = {"greedy": 1, "beam 4": 4}
 WARM_UP_LINES = 8
 # A speed is the fastest of these passes over the test split, taken in turns with the other engines: the one least
-# slowed by other work on the machine (on a shared 2-core machine one pass of two identical networks differed by a
-# fifth, and three passes of one engine after the other by a third).
+# slowed by other work on the machine (on a shared 2-core machine, two identical networks timed one after the other
+# differed by a fifth in one pass each, and by a tenth in three passes each).
 TIMED_PASSES = 3
 HEADLINE = ("PyTorch float32", "beam 4")  # the teacher's row the speed-ups are measured against
 
