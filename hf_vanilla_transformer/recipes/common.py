@@ -149,10 +149,11 @@ def single_stack_config(
     return model_config_for("vanilla", options, max_position_embeddings=max_position_embeddings, **fields)
 
 
-def run_recipe(train, argv: list[str] | None, prog: str, resumable: bool = True) -> int:
+def run_recipe(train, argv: list[str] | None, prog: str, resumable: bool = True, ending: bool = True) -> int:
     """`train(argv, prog, stop)`, a recipe, with Ctrl-C and SIGTERM handled by `stop`, a [`StopOnSignals`] that the
-    recipe adds to its trainer: a stop ends with one line saying where the run stopped and how to continue, and
-    exit status 128 + the signal's number (130 for Ctrl-C)."""
+    recipe adds to its trainer: a stop ends with one line saying where the run stopped and how to continue (unless
+    not `ending`: a command that runs the recipe as one of its steps says how it goes on), and exit status 128 + the
+    signal's number (130 for Ctrl-C)."""
     stop = StopOnSignals(resumable)
     with stop.handling():
         try:
@@ -161,7 +162,7 @@ def run_recipe(train, argv: list[str] | None, prog: str, resumable: bool = True)
             stop.signal = stop.signal or signal.SIGINT
     if stop.signal is None:
         return status
-    if int(os.environ.get("RANK", "0")) == 0:  # one line from all the processes of a distributed run
+    if ending and int(os.environ.get("RANK", "0")) == 0:  # one line from all the processes of a distributed run
         print(f"{prog}: {stop.ending()}", file=sys.stderr)
     return stop.exit_status
 

@@ -170,7 +170,7 @@ def teacher_stamps(folder: Path) -> dict:
 
 
 class Stopped(Exception):
-    """A training step that Ctrl-C or SIGTERM stopped (the recipe said where), with its exit status."""
+    """A training step that Ctrl-C or SIGTERM stopped, with its exit status."""
 
     def __init__(self, step: str, status: int):
         super().__init__(step, status)
@@ -375,7 +375,8 @@ class Distillation:
 
     def train(self, name: str, train_file: Path) -> dict:
         from ..training.report import read_run_report
-        from .translation import main as train_translation
+        from . import translation
+        from .common import run_recipe
 
         folder, argv = self.path(name), self.recipe_argv(name, train_file)
         if name == "baseline":  # as many steps as the student trained
@@ -384,10 +385,10 @@ class Distillation:
             argv += ["--resume_from_checkpoint", "last"]
         level = logging.getLogger().level
         try:
-            status = train_translation(argv, f"{self.prog} ({name})")
+            status = run_recipe(translation.train, argv, f"{self.prog} ({name})", ending=False)
         finally:  # the recipe logs at INFO, as its own command; the steps after it keep this command's level
             logging.getLogger().setLevel(level)
-        if status:  # Ctrl-C or SIGTERM: the recipe stopped after a step, with its checkpoint
+        if status:  # Ctrl-C or SIGTERM: the recipe stopped after a step, with its checkpoint ([`stopped`] says so)
             raise Stopped(name, status)
         if not self.main_process:  # the first process writes the run report and records the step
             return {}
@@ -418,6 +419,21 @@ class Distillation:
             f"{folder}: an interrupted training left no complete checkpoint to resume from ({problem}): remove the "
             "folder to train from the start."
         )
+
+    def stopped(self, name: str) -> str:
+        """How the same command goes on after Ctrl-C or SIGTERM stopped the training of `name`, in one sentence."""
+        from ..training.checkpoints import last_complete_checkpoint
+
+        try:
+            if not self.resumes(name):
+                return f"stopped before the {name} step saved anything: the same command trains it from the start."
+        except InputError:  # a second signal while its checkpoint was written
+            return (
+                f"stopped before the {name} step saved a complete checkpoint: remove {self.path(name)} and run the "
+                "same command to train it from the start."
+            )
+        checkpoint = last_complete_checkpoint(self.path(name))
+        return f"stopped; the same command continues the {name} step from {checkpoint}."
 
     def training_step(self, name: str, settings: dict, train_file: Path) -> Step:
         return Step(
@@ -518,7 +534,7 @@ def main(argv: list[str], prog: str = "hf-vanilla-transformer distill") -> int:
         run_steps(run, steps, records)
     except Stopped as stop:
         if run.main_process:
-            print(f"{prog}: the same command continues the {stop.step} step from that checkpoint.", file=sys.stderr)
+            print(f"{prog}: {run.stopped(stop.step)}", file=sys.stderr)
         return stop.status
     except KeyboardInterrupt:  # outside training (the teacher's translations, the report): nothing half-kept
         if run.main_process:

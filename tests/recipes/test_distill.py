@@ -199,20 +199,35 @@ def test_an_interrupted_steps_half_written_files_are_refused_and_nothing_finishe
     assert stamps(run) == before
 
 
-def test_a_training_stopped_by_ctrl_c_ends_with_its_status_and_the_same_command_continues(
+def test_a_training_stopped_by_ctrl_c_ends_with_one_line_saying_how_the_same_command_goes_on(
     finished, corpus, tmp_path, capsys, monkeypatch
 ):
     from hf_vanilla_transformer.recipes import translation
 
+    def stopped(argv, prog, stop):  # the recipe as Ctrl-C leaves it, its own line left to distill
+        stop.signal = signal.SIGINT
+        return 0
+
+    def last_line(run: Path) -> str:
+        capsys.readouterr()
+        with monkeypatch.context() as stopping:
+            stopping.setattr(translation, "train", stopped)
+            assert distill(run, corpus, "--baseline", "--shard_rows", "100") == 130
+        err = capsys.readouterr().err
+        assert "--resume_from_checkpoint" not in err  # distill resumes by itself
+        return err.strip().splitlines()[-1]
+
+    with_checkpoints = interrupted(finished, tmp_path / "saved", "student")
+    checkpoint = sorted((with_checkpoints / "student").glob("checkpoint-*"))[-1]
+    assert last_line(with_checkpoints).endswith(
+        f"distill: stopped; the same command continues the student step from {checkpoint}."
+    )
     run = interrupted(finished, tmp_path / "run", "student")
     shutil.rmtree(run / "student")
     attempts = json.loads((run / "steps" / "student.json").read_text())["attempts"]
-    with monkeypatch.context() as stopping:  # the recipe as Ctrl-C leaves it: its own line said where it stopped
-        stopping.setattr(translation, "main", lambda argv, prog: 130)
-        capsys.readouterr()
-        assert distill(run, corpus, "--baseline", "--shard_rows", "100") == 130
-    err = capsys.readouterr().err
-    assert "distill: the same command continues the student step" in err.strip().splitlines()[-1]
+    assert last_line(run).endswith(
+        "distill: stopped before the student step saved anything: the same command trains it from the start."
+    )
     assert not json.loads((run / "steps" / "student.json").read_text())["complete"]
     assert distill(run, corpus, "--baseline", "--shard_rows", "100") == 0
     record = json.loads((run / "steps" / "student.json").read_text())
