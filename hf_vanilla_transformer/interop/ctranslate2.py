@@ -21,6 +21,7 @@ from transformers import GenerationConfig
 
 from ..data.folders import check_output_dir, load_tokenizer, load_translation_model, writes_folder
 from ..data.trained_on import token_ids
+from ..data.vocabulary_map import VMAP_NAME
 from ..errors import InputError
 from ..model.configuration_vanilla_transformer import max_new_tokens_for
 from ..model.modeling_vanilla_transformer import (
@@ -179,6 +180,8 @@ def export_ctranslate2(
     check_tokenizer_fits_model(tokenizer, model.config)
     tokens = vocabulary(tokenizer, model.config.vocab_size)
     spec = ctranslate2_spec(model, tokens, tokenizer.unk_token or "<unk>")
+    if (Path(model_dir) / VMAP_NAME).is_file():  # the model's vocabulary map goes with it, as CTranslate2 reads it
+        spec.register_vocabulary_mapping(str(Path(model_dir) / VMAP_NAME))
     spec.optimize(quantization=quantization)  # also stores tied matrices once
     with writes_folder(output_dir, overwrite) as folder:
         spec.save(str(folder))

@@ -12,6 +12,7 @@ Steps, each writing its result into --output_dir (records in steps/, see `distil
     student-init              the student: the teacher's configuration at the student's sizes, layers copied or random
     student                   trained by the translation recipe on the distilled pairs (resumes from its checkpoints)
     baseline                  (--baseline) the same student trained on the references for as many steps
+    vocabulary-map            student/vmap.txt, the lexical shortlist of `--use_vmap`, from the distilled pairs
     student-ctranslate2-int8, teacher-ctranslate2-int8, student-onnx (--export)
     report                    report.json, report.md and the student's model card
 
@@ -27,6 +28,7 @@ import sys
 from pathlib import Path
 
 from ..data.folders import check_model_type, check_translation_folder, load_tokenizer, resolve_model, writes_folder
+from ..data.vocabulary_map import VMAP_NAME
 from ..errors import CommandParser, InputError, check_minimums, import_extra
 from ..translate.options import DecodeOptions, EngineOptions, add_arguments
 from .distill_steps import Step, Steps, option_values
@@ -34,9 +36,10 @@ from .distill_student import INITS, PRESETS, StudentSizes, parse_layers
 
 
 # The translation options that are not the teacher's to take here: the recipe's own --seed, --max_tokens and
-# --source_lang have those names, a corpus line is one sentence, and distillation decodes by beam search.
+# --source_lang have those names, a corpus line is one sentence, distillation decodes by beam search, and over the
+# whole vocabulary (the vocabulary map is made from its output).
 NOT_TEACHER_OPTIONS = ("seed", "max_tokens", "source_lang", "split_sentences", "batch_size")
-NOT_TEACHER_OPTIONS += ("do_sample", "temperature", "top_k", "top_p")
+NOT_TEACHER_OPTIONS += ("do_sample", "temperature", "top_k", "top_p", "use_vmap", "vmap")
 # The teacher's beam and n best: the paper's beam search (the demo's own; early stopping, which CTranslate2 runs too),
 # and every hypothesis of it, which beam search has anyway, for the chrF selection (docs/distillation.md).
 TEACHER_DECODING = dict(num_beams=4, nbest=4, early_stopping=True)
@@ -279,6 +282,7 @@ class Distillation:
         ]
         if args.baseline:
             steps.append(self.training_step("baseline", training, self.path("corpus", "train.jsonl")))
+        steps.append(Step("vocabulary-map", {}, self.write_vocabulary_map, outputs=(f"student/{VMAP_NAME}",)))
         steps.append(Step("student-ctranslate2-int8", {}, lambda: self.export_int8("student")))
         steps.append(
             Step("teacher-ctranslate2-int8", {"--teacher": teacher["--teacher"]}, lambda: self.export_int8("teacher"))
@@ -440,7 +444,26 @@ class Distillation:
             name, settings, lambda: self.train(name, train_file), resumes=True, check=lambda: self.resumes(name)
         )
 
+    def write_vocabulary_map(self) -> dict:
+        """The student's vocabulary map, from the pairs it was trained on (Firefox Translations makes its students'
+        shortlists from the distilled corpus too)."""
+        import json
+
+        from ..data.vocabulary_map import write_vocabulary_map
+
+        lines = self.path("distilled", "train.jsonl").read_text(encoding="utf-8").splitlines()
+        pairs = [tuple(json.loads(line)["translation"][lang] for lang in self.languages) for line in lines]
+        path = self.path("student", VMAP_NAME)
+        temporary = path.with_name(f".{VMAP_NAME}.tmp")
+        result = write_vocabulary_map(temporary, pairs, self.tokenizer)
+        temporary.replace(path)
+        return result
+
     def export_int8(self, name: str) -> dict:
+        """The CTranslate2 int8 folder of the student (with its vocabulary map) or the teacher (with the student's, so
+        that the report compares them on the same decoding)."""
+        import shutil
+
         from ..interop.ctranslate2 import export_ctranslate2
 
         model = self.teacher if name == "teacher" else self.path(name)
@@ -448,6 +471,8 @@ class Distillation:
             folder = export_ctranslate2(model, self.path(f"{name}-ctranslate2-int8"), quantization="int8")
         except ValueError as error:  # a setting CTranslate2 cannot represent, named by the exporter
             raise InputError(str(error)) from None
+        if name == "teacher":
+            shutil.copyfile(self.path("student", VMAP_NAME), folder / VMAP_NAME)
         return dict(size_mb=round((folder / "model.bin").stat().st_size / 1e6, 1))
 
     def export_browser(self) -> dict:
@@ -489,7 +514,8 @@ class Distillation:
         from .distill_report import distillation_gain, evaluate_models, format_report, gaps, write_model_card
 
         records = Steps(self.output_dir)
-        result = {name: (records.read(name) or {}).get("result") for name in ("student-init", "student", "distilled")}
+        names = ("student-init", "student", "distilled", "vocabulary-map")
+        result = {name: (records.read(name) or {}).get("result") for name in names}
         int8 = "CTranslate2 int8"
         models = {
             "teacher": {"PyTorch float32": self.teacher, int8: self.path("teacher-ctranslate2-int8")},
@@ -499,12 +525,13 @@ class Distillation:
             models["baseline"] = {"PyTorch float32": self.path("baseline")}
         evaluation = evaluate_models(
             models, self.path("corpus", "test.jsonl"), self.languages, self.report_threads(),
-            self.data_args.max_test_samples,
+            self.path("student", VMAP_NAME), self.data_args.max_test_samples,
         )  # fmt: skip
         report = dict(
             teacher=str(self.teacher),
             student=dict(**result["student-init"], training=result["student"]),
             corpus=result["distilled"],
+            vocabulary_map=result["vocabulary-map"],
             evaluation=evaluation,
             gap=gaps(evaluation["rows"]),
             distillation_gain=distillation_gain(evaluation["rows"]),

@@ -8,6 +8,7 @@ through the engine of `translate` (one line, one sentence); speeds are of this p
 the fastest of `TIMED_PASSES` passes that go round every engine in turn.
 """
 
+import dataclasses
 import json
 import math
 import time
@@ -27,7 +28,8 @@ ENGINES = {
     "PyTorch float32": dict(backend="torch"),
     "CTranslate2 int8": dict(backend="ctranslate2", compute_type="int8"),
 }
-DECODINGS = {"greedy": 1, "beam 4": 4}
+# (beams, use_vmap): each decoding also with the student's vocabulary map, which the teacher decodes with too.
+DECODINGS = {"greedy": (1, False), "beam 4": (4, False), "greedy, vmap": (1, True), "beam 4, vmap": (4, True)}
 WARM_UP_LINES = 8
 # A speed is the fastest of these passes over the test split, taken in turns with the other engines: the one least
 # slowed by other work on the machine (on a shared 2-core machine, two identical networks timed one after the other
@@ -62,9 +64,12 @@ def scored(results, seconds: float, sources: list[str], references: list[str]) -
     )
 
 
-def evaluate_models(models: dict[str, dict[str, Path]], test_file: Path, languages, threads: int, limit=None) -> dict:
+def evaluate_models(
+    models: dict[str, dict[str, Path]], test_file: Path, languages, threads: int, vmap: Path, limit=None
+) -> dict:
     """`models`: name -> {engine name: folder}. The report's rows and the machine they ran on. Every engine is loaded
-    once, and the passes go round all of them in turn, so that a slow spell of the machine falls on each alike."""
+    once, and the passes go round all of them in turn, so that a slow spell of the machine falls on each alike. The
+    PyTorch engines decode with the vocabulary map `vmap` where a decoding uses it; CTranslate2 folders hold theirs."""
     source_lang, target_lang = languages
     pairs = [json.loads(line)["translation"] for line in test_file.read_text(encoding="utf-8").splitlines()]
     pairs = pairs[:limit] if limit else pairs
@@ -72,11 +77,14 @@ def evaluate_models(models: dict[str, dict[str, Path]], test_file: Path, languag
     runs = []
     for model, folders in models.items():
         for engine_name, folder in folders.items():
-            translator = load_translator(str(folder), EngineOptions(threads=threads, **ENGINES[engine_name]))
-            for decoding, num_beams in DECODINGS.items():
+            engine = EngineOptions(threads=threads, **ENGINES[engine_name])
+            if engine.backend == "torch":
+                engine = dataclasses.replace(engine, vmap=str(vmap))
+            translator = load_translator(str(folder), engine)
+            for decoding, (num_beams, use_vmap) in DECODINGS.items():
                 options = DecodeOptions(
                     num_beams=num_beams, early_stopping=num_beams > 1 or None, split_sentences=False,
-                    source_lang=source_lang,
+                    source_lang=source_lang, use_vmap=use_vmap,
                 )  # fmt: skip
                 translator.translate(sources[:WARM_UP_LINES], options, scores=False)
                 runs.append(dict(model=model, engine=engine_name, decoding=decoding, run=(translator, options)))
@@ -138,7 +146,7 @@ def distillation_gain(rows: list[dict]) -> dict:
 
 def format_report(report: dict) -> str:
     """report.md: the tables of `report.json`."""
-    evaluation, student = report["evaluation"], report["student"]
+    evaluation, student, vmap = report["evaluation"], report["student"], report["vocabulary_map"]
     sizes, init = student["sizes"], {"copy": "layers copied from the teacher", "random": "random initialisation"}
     lines = [
         "# Distillation report",
@@ -148,7 +156,10 @@ def format_report(report: dict) -> str:
         f"({init[student['init']]}), trained {student['training']['steps']} steps on "
         f"{report['corpus']['training_pairs']:,} pairs. Test split: {evaluation['test_sentences']} sentences, one "
         f"line one sentence; {evaluation['hardware']}; speeds the fastest of {TIMED_PASSES} passes. Beam 4 uses "
-        "each model's own length penalty.",
+        "each model's own length penalty. vmap: each batch chooses among the target tokens that the student's "
+        f"vocabulary map (student/vmap.txt: {vmap['best']} per source token, for {vmap['source_tokens']:,} source "
+        f"tokens, and the {vmap['frequent']} most frequent) gives its source tokens (--use_vmap); the teacher "
+        "decodes with the same map.",
         "",
     ]
     if report["distillation_gain"]:

@@ -23,6 +23,7 @@ from transformers.utils import logging
 
 from ..data.folders import cache_root, check_translation_folder, load_tokenizer, load_translation_model, resolve_model
 from ..data.trained_on import token_ids, trained_on
+from ..data.vocabulary_map import VMAP_NAME, VocabularyMap
 from ..errors import InputError, import_extra
 from ..model.configuration_vanilla_transformer import (
     MAX_LEN_A,
@@ -31,7 +32,7 @@ from ..model.configuration_vanilla_transformer import (
     target_positions,
 )
 from ..model.pipeline_translation import check_tokenizer_fits_model, max_source_length
-from .decoding import check_settings, decode, static_cache
+from .decoding import candidate_ids, check_settings, decode, static_cache
 from .io import make_batches
 
 
@@ -43,6 +44,9 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch
 # --compile auto: the input a `translate` run needs to repay compiling the decoding step, once per batch shape (17 s
 # for one shape on an H100, against some 1.5 ms gained per sentence; docs/translate.md).
 COMPILE_MIN_LINES = 50_000
+# The models whose output layer the PyTorch engine computes for a vocabulary map's rows (`decoding._output_layer`):
+# logits = lm_head(decoder states) [+ final_logits_bias].
+VMAP_MODEL_TYPES = ("vanilla_transformer", "marian", "bart")
 
 
 @dataclass
@@ -97,6 +101,14 @@ class Backend:
         and `batch_size` sentences."""
         return make_batches(lengths, max_tokens, batch_size)
 
+    def check_vmap(self) -> None:
+        """Refuse `--use_vmap` where this engine has no vocabulary map, before any input is read."""
+        if not self.vmap:
+            raise InputError(
+                f"--use_vmap: no vocabulary map was loaded with the model (its folder has no {VMAP_NAME}; the PyTorch "
+                "engine also takes --vmap FILE). `distill` writes one for its student; docs/translate.md says how."
+            )
+
 
 class TorchBackend(Backend):
     """A model with its tokenizer on this package's search (`decoding.py`): one new-token limit per sentence, the
@@ -104,9 +116,16 @@ class TorchBackend(Backend):
     (`static_shape`) through a static cache whose step transformers compiles on a GPU, as `generate()` does
     (`compile_config`; on a CPU the static cache runs uncompiled)."""
 
-    def __init__(self, model, tokenizer, generation_config: GenerationConfig, static_cache: bool = False):
+    def __init__(
+        self,
+        model,
+        tokenizer,
+        generation_config: GenerationConfig,
+        static_cache: bool = False,
+        vmap: VocabularyMap | None = None,
+    ):
         super().__init__(tokenizer, generation_config, max_source_length(tokenizer, model.config))
-        self.model = model
+        self.model, self.vmap = model, vmap
         self.device = next(model.parameters()).device
         self.static_cache = static_cache
         self.compile_config = CompileConfig(fullgraph=True) if static_cache and self.device.type == "cuda" else None
@@ -114,6 +133,11 @@ class TorchBackend(Backend):
         self.eos_ids = set(token_ids(generation_config.eos_token_id))
         self.max_position_embeddings = target_positions(model.config, generation_config)
         self.generation_config({}, 1)  # the model's own settings, checked now
+
+    def check_vmap(self) -> None:
+        super().check_vmap()
+        if self.static_cache:
+            raise InputError("--use_vmap does not go with the static cache of --compile: give --compile never.")
 
     def generation_config(self, overrides: dict, nbest: int) -> GenerationConfig:
         config = super().generation_config(overrides, nbest)
@@ -151,6 +175,9 @@ class TorchBackend(Backend):
         `limit(len(source))` new tokens each. A static cache decodes the batch in its `static_shape`, filled up with
         copies of the first source."""
         limits = [limit(len(s)) for s in sources]
+        candidates = None
+        if decoding.options.use_vmap:
+            candidates = self.vmap.candidates([self.tokenizer.convert_ids_to_tokens(s) for s in sources])
         pad, count = self.tokenizer.pad_token_id, len(sources)
         length, cache = max(map(len, sources)), None
         if self.static_cache:
@@ -175,6 +202,7 @@ class TorchBackend(Backend):
             seed,
             static_cache=cache,
             compile_config=self.compile_config,
+            candidates=candidates,
         )
         return [
             [
@@ -194,9 +222,11 @@ def load_torch_backend(
     tokenizer=None,
     compile: str = "never",
     lines: int | None = None,
+    vmap: str | None = None,
 ) -> TorchBackend:
     """Any `AutoModelForSeq2SeqLM`, a folder or Hub id loaded with its tokenizer, or a model object with `tokenizer`
-    (moved to `device` and `dtype`, in eval mode). `compile` and `lines`: `uses_static_cache`."""
+    (moved to `device` and `dtype`, in eval mode). `compile` and `lines`: `uses_static_cache`. `vmap`: a vocabulary
+    map's file (default: the model folder's `vmap.txt`, where it has one)."""
     device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     if dtype not in DTYPES:
         raise InputError(f"--dtype must be one of {sorted(DTYPES)}, got {dtype!r}.")
@@ -211,6 +241,15 @@ def load_torch_backend(
     elif tokenizer is None:
         raise ValueError("A model object needs its `tokenizer`.")
     check_tokenizer_fits_model(tokenizer, model.config)
+    folder_vmap = Path(model.name_or_path, VMAP_NAME)
+    vmap = vmap or (str(folder_vmap) if folder_vmap.is_file() else None)
+    if vmap is not None:
+        if model.config.model_type not in VMAP_MODEL_TYPES:
+            raise InputError(
+                f"--vmap: the PyTorch engine restricts the output layer of {', '.join(VMAP_MODEL_TYPES)} models, not "
+                f"of {model.config.model_type} models; --backend ctranslate2 takes vocabulary maps."
+            )
+        vmap = VocabularyMap.read(vmap, tokenizer, candidate_ids(model.generation_config))
     model = model.to(device, DTYPES[dtype]).eval()
     if int8:
         # A copy with every nn.Linear (the tied lm_head too, as its own int8 copy) holding int8 weights and
@@ -224,7 +263,8 @@ def load_torch_backend(
                 "ignore", message="torch.ao.quantization is deprecated", category=DeprecationWarning
             )
             model = torch.ao.quantization.quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8)
-    return TorchBackend(model, tokenizer, model.generation_config, uses_static_cache(compile, device, lines))
+    static = uses_static_cache(compile, device, lines)
+    return TorchBackend(model, tokenizer, model.generation_config, static, vmap)
 
 
 def generation_settings(base: GenerationConfig, overrides: dict, nbest: int) -> GenerationConfig:
@@ -257,19 +297,21 @@ class CTranslate2Backend(Backend):
     with their limits. Calling per limit instead cost CTranslate2 more than half its speed on a server's batches,
     whose sentences come from many requests and have as many lengths."""
 
-    def __init__(self, translator, tokenizer, generation_config: GenerationConfig, limit: int | None):
+    def __init__(
+        self, translator, tokenizer, generation_config: GenerationConfig, limit: int | None, vmap: bool = False
+    ):
         super().__init__(tokenizer, generation_config, limit)
-        self.translator = translator
+        self.translator, self.vmap = translator, vmap  # whether the model folder has a vocabulary map
         self.max_position_embeddings = min((n for n in (limit, generation_config.max_length) if n), default=None)
         self.options = {}  # translate_batch's options, by generation config
 
-    def translate_options(self, generation_config: GenerationConfig, nbest: int) -> dict:
+    def translate_options(self, generation_config: GenerationConfig, nbest: int, use_vmap: bool) -> dict:
         """`translate_batch`'s options for a call's settings. Long sentences are split before they get here
         (max_input_length=0: no truncation); EOS shows who ended; max_decoding_length is each sentence's own, set in
         `generate`."""
         from ..interop.ctranslate2 import translate_options
 
-        key = (generation_config.to_json_string(), nbest)
+        key = (generation_config.to_json_string(), nbest, use_vmap)
         if key not in self.options:
             self.options[key] = translate_options(
                 generation_config,
@@ -277,6 +319,7 @@ class CTranslate2Backend(Backend):
                 max_input_length=0,
                 return_end_token=True,
                 max_decoding_length=None,
+                use_vmap=use_vmap,
             )
         return self.options[key]
 
@@ -285,7 +328,7 @@ class CTranslate2Backend(Backend):
     ) -> list[list[Hypothesis]]:
         eos = self.tokenizer.eos_token
         tokens = [self.tokenizer.convert_ids_to_tokens(s) for s in sources]
-        options = self.translate_options(decoding.generation_config, decoding.nbest)
+        options = self.translate_options(decoding.generation_config, decoding.nbest, decoding.options.use_vmap)
         results = self._decode(tokens, [limit(len(s)) for s in sources], options, decoding.nbest)
         hypotheses = [[(h[:-1], True) if h and h[-1] == eos else (h, False) for h in r] for r in results]
         flat = [(i, h) for i, hs in enumerate(hypotheses) for h in hs]
@@ -329,10 +372,15 @@ def load_ctranslate2_backend(
     device: str | None = None,
     compute_type: str = "default",
     trust_remote_code: bool = False,
+    vmap: str | None = None,
 ) -> CTranslate2Backend:
     """A CTranslate2 model folder (`model.bin`) with its tokenizer files, or a transformers model folder converted on
     first use into a cache folder keyed by its weights. Decoding defaults come from `generation_config.json`."""
     ctranslate2 = import_extra("ctranslate2", "export", "--backend ctranslate2")
+    if vmap is not None:
+        raise InputError(
+            f"--vmap {vmap}: CTranslate2 reads the {VMAP_NAME} of its model folder; copy the file there instead."
+        )
     folder = Path(resolve_model(model_name))
     check_translation_folder(str(folder), ctranslate2=True)
     if not folder.is_dir():
@@ -362,7 +410,8 @@ def load_ctranslate2_backend(
         ]
         generation_config.bad_words_ids = banned or None
     config = None if source == folder else AutoConfig.from_pretrained(source, trust_remote_code=trust_remote_code)
-    backend = CTranslate2Backend(translator, tokenizer, generation_config, max_source_length(tokenizer, config))
+    limit = max_source_length(tokenizer, config)
+    backend = CTranslate2Backend(translator, tokenizer, generation_config, limit, (folder / VMAP_NAME).is_file())
     backend.generation_config({}, 1)  # the folder's own settings, checked now
     return backend
 
@@ -378,7 +427,9 @@ def _converted(model_dir: Path, trust_remote_code: bool) -> Path:
     """Convert a transformers folder once: this package's models with `export_ctranslate2`, others (MarianMT, ...)
     with CTranslate2's converter. Later runs reuse the cache folder, named by the weights' names, sizes and times."""
     digest = hashlib.sha256(str(model_dir.resolve()).encode())
-    for path in sorted(model_dir.glob("*.safetensors")) + sorted(model_dir.glob("*.bin")):
+    for path in sorted(model_dir.glob("*.safetensors")) + sorted(model_dir.glob("*.bin")) + [model_dir / VMAP_NAME]:
+        if not path.is_file():
+            continue
         digest.update(f"{path.name}:{path.stat().st_size}:{path.stat().st_mtime_ns}".encode())
     target = cache_root() / "ctranslate2" / f"{model_dir.resolve().name}-{digest.hexdigest()[:16]}"
     if (target / "model.bin").is_file():

@@ -32,7 +32,13 @@ batch ends (so the search reads which sentences are done every CHECK_STEPS steps
 between), and beam search moves the self-attention cache's rows in place: the compiled step reads the cache at
 fixed addresses (a CUDA graph is recorded again where they change, hence one cache per shape, reset for each batch).
 The results are the dynamic cache's.
+
+Vocabulary map (`candidates`, see `data/vocabulary_map.py`). The batch chooses among these target ids only: the search
+runs over their positions in the list, from logits that the output layer computes for their rows alone, and its
+results are mapped back to token ids. Each setting of the generation config that names tokens is mapped likewise.
 """
+
+import copy
 
 import torch
 from transformers import (
@@ -121,12 +127,16 @@ def decode(
     seed: int = 0,
     static_cache: EncoderDecoderCache | None = None,
     compile_config: CompileConfig | None = None,
+    candidates: list[int] | None = None,
 ):
     """Per source row, its `nbest` hypotheses as (generated ids, their log-probabilities), best first, the end token
     included where the model ended them; sentence i stops after `limits[i]` new tokens. With `static_cache` (empty,
     of `max(limits)` target positions or more), the step compiled with `compile_config` where given (see the
-    module's docstring); source rows after the first `len(limits)` then fill the batch up: computed, never decoded."""
+    module's docstring); source rows after the first `len(limits)` then fill the batch up: computed, never decoded.
+    `candidates`: the sorted token ids the batch chooses among (a vocabulary map's), with every id `config` names."""
     config, device = generation_config, input_ids.device
+    if candidates is not None:
+        config = _in_candidates(config, candidates)
     search = _Search(
         model,
         model.get_encoder()(input_ids=input_ids, attention_mask=attention_mask, return_dict=True),
@@ -136,13 +146,56 @@ def decode(
     )
     if static_cache is not None:
         search.use_static_cache(static_cache, compile_config, len(limits))
+    if candidates is not None:
+        search.use_candidates(torch.tensor(candidates, device=device))
     eos = torch.tensor(token_ids(config.eos_token_id), device=device)
     limits = torch.tensor(limits, device=device)
     start = torch.full((len(limits),), config.decoder_start_token_id, device=device)
     if search.num_beams == 1:
         generator = torch.Generator(device).manual_seed(seed) if config.do_sample else None
-        return _greedy_or_sample(search, start, eos, limits, config, generator)
-    return _beam_search(search, start, eos, limits, config, nbest)
+        results = _greedy_or_sample(search, start, eos, limits, config, generator)
+    else:
+        results = _beam_search(search, start, eos, limits, config, nbest)
+    if candidates is None:
+        return results
+    return [[([candidates[i] for i in ids], scores) for ids, scores in hypotheses] for hypotheses in results]
+
+
+def candidate_ids(config: GenerationConfig) -> set[int]:
+    """The token ids `config` names as tokens the search starts with, ends with or forces: a vocabulary map's
+    candidates must include them."""
+    named = (config.decoder_start_token_id, config.forced_bos_token_id)
+    ends = (*token_ids(config.eos_token_id), *token_ids(config.forced_eos_token_id))
+    return {*ends, *(i for i in named if i is not None)}
+
+
+def _in_candidates(config: GenerationConfig, candidates: list[int]) -> GenerationConfig:
+    """`config` with the token ids it names replaced by their positions among `candidates`; bans of tokens that are no
+    candidates, which cannot be chosen anyway, are left out."""
+    position = {token: i for i, token in enumerate(candidates)}
+    missing = candidate_ids(config) - set(position)
+    if missing:
+        raise ValueError(f"The candidates lack the token ids {sorted(missing)} that the generation config names.")
+
+    def each(ids):
+        return None if ids is None else [position[i] for i in token_ids(ids)]
+
+    def banned(sequences):
+        kept = [[position[i] for i in ids] for ids in sequences or () if all(i in position for i in ids)]
+        return kept or None
+
+    config = copy.deepcopy(config)
+    config.update(
+        eos_token_id=each(config.eos_token_id),
+        forced_eos_token_id=each(config.forced_eos_token_id),
+        decoder_start_token_id=position[config.decoder_start_token_id],
+        pad_token_id=position.get(config.pad_token_id),
+        forced_bos_token_id=None if config.forced_bos_token_id is None else position[config.forced_bos_token_id],
+        bos_token_id=position.get(config.bos_token_id),
+        bad_words_ids=banned(config.bad_words_ids),
+        suppress_tokens=[position[i] for i in config.suppress_tokens or () if i in position] or None,
+    )
+    return config
 
 
 def static_cache(config, target_positions: int, source_length: int) -> EncoderDecoderCache:
@@ -185,6 +238,7 @@ class _Search:
             self.processors.append(SuppressTokensLogitsProcessor(config.suppress_tokens, device=attention_mask.device))
         self.min_new_tokens = config.min_new_tokens or max((config.min_length or 0) - 1, 0)
         self.live = None  # static cache: the cache rows of the rows still decoding
+        self.candidates = None  # a vocabulary map's: the token ids of the positions the search chooses among
 
     def use_static_cache(self, cache: EncoderDecoderCache, compile_config: CompileConfig | None, sentences: int):
         """Decode through `cache`, the first `sentences` sentences (the other rows fill the batch up)."""
@@ -198,8 +252,24 @@ class _Search:
         self.step = self.model.get_compiled_call(compile_config) if compile_config is not None else self.model
         self.first_step = True
 
+    def use_candidates(self, candidates: torch.Tensor):
+        """Choose among the tokens `candidates` only: the output layer's rows of those tokens (see the module's
+        docstring); the tokens the search passes are their positions in `candidates`."""
+        self.candidates, self.output_layer = candidates, _output_layer(self.model, candidates)
+
     def logits(self, tokens: torch.Tensor) -> torch.Tensor:
-        """(rows, vocab) float32 logits of the next token after `tokens` (rows,)."""
+        """(rows, vocab) float32 logits of the next token after `tokens` (rows,): (rows, candidates) with those."""
+        if self.candidates is not None:
+            outputs = self.model.base_model(
+                encoder_outputs=self.encoder_outputs,
+                attention_mask=self.attention_mask,
+                decoder_input_ids=self.candidates[tokens][:, None],
+                use_cache=True,
+                return_dict=True,
+                **{CACHE_NAME: self.cache},
+            )
+            self.cache = outputs[CACHE_NAME]
+            return self.output_layer(outputs.last_hidden_state[:, -1, :]).to(dtype=torch.float32)
         if self.live is not None:
             self.tokens[self.live] = tokens
             forward = self.model if self.first_step else self.step
@@ -259,6 +329,25 @@ class _Search:
         for layer in self.cache.self_attention_cache.layers:
             layer.keys.copy_(layer.keys.index_select(0, source))
             layer.values.copy_(layer.values.index_select(0, source))
+
+
+def _output_layer(model, candidates: torch.Tensor):
+    """The model's output layer for the rows of `candidates` only: its linear layer (float, or int8 as dynamic
+    quantization made it) with the model's `final_logits_bias` (MarianMT, BART) where it has one."""
+    layer = model.get_output_embeddings()
+    if isinstance(layer, torch.ao.nn.quantized.dynamic.Linear):
+        weight, bias = layer.weight().index_select(0, candidates), layer.bias()
+        rows = torch.ao.nn.quantized.dynamic.Linear(layer.in_features, len(candidates), bias_=False, dtype=torch.qint8)
+        rows.set_weight_bias(weight, None if bias is None else bias[candidates])
+    else:
+        bias = None if layer.bias is None else layer.bias[candidates]
+        weight = layer.weight[candidates]
+        rows = lambda hidden: torch.nn.functional.linear(hidden, weight, bias)  # noqa: E731
+    final_bias = getattr(model, "final_logits_bias", None)
+    if final_bias is None:
+        return rows
+    final_bias = final_bias[..., candidates]
+    return lambda hidden: rows(hidden) + final_bias
 
 
 def _force(scores: torch.Tensor, rows: torch.Tensor, allowed: list[int]) -> torch.Tensor:

@@ -70,6 +70,12 @@ class EngineOptions(Options):
         "worker's share of as many; not a service); see docs/translate.md",
         choices=("auto", "always", "never"),
     )
+    vmap: str | None = option(
+        "engine",
+        help="PyTorch: a vocabulary map (CTranslate2's vmap.txt format) for --use_vmap (default: the model folder's "
+        "vmap.txt; CTranslate2 reads only that one)",
+        metavar="FILE",
+    )
     threads: int | None = option(
         "engine",
         help="torch threads per process (default: the cores divided among the processes on this machine)",
@@ -97,6 +103,13 @@ class DecodeOptions(Options):
         "decoding", help="(default: the model's own limit, else a=1, b=50 as generate())", type=int
     )
     nbest: int = option("decoding", 1, "hypotheses per line (the n best)", minimum=1, type=int)
+    use_vmap: bool = option(
+        "decoding",
+        False,
+        "choose each batch's tokens among those its source tokens map to in the model's vocabulary map (a lexical "
+        "shortlist, as CTranslate2's use_vmap): faster where the output layer is a large share of the work",
+        action="store_true",
+    )
     # How lines become sentences.
     split_sentences: bool = option(
         "sentences",

@@ -81,6 +81,8 @@ class Translator:
         options = options or DecodeOptions()
         if options not in self._decodings:
             options.check()
+            if options.use_vmap:
+                self.backend.check_vmap()
             default_a, default_b = self.backend.default_length_rule
             a, b = options.max_len_a, options.max_len_b
             self._decodings[options] = Decoding(
@@ -250,6 +252,8 @@ def output_settings(model: str | None, engine: EngineOptions, decoding: DecodeOp
         compute_type=e.compute_type
     )
     settings.update(split_sentences=d.split_sentences, source_lang=d.source_lang)
+    if d.use_vmap:  # (absent otherwise, as from the records of earlier releases)
+        settings.update(use_vmap=True, vmap=e.vmap)
     return settings
 
 
@@ -335,14 +339,15 @@ def load_translator(
         device = str(_accelerate_state().device)  # this process's GPU under accelerate/torchrun, or the CPU
     if engine.backend == "torch":
         backend = load_torch_backend(
-            model, device, engine.dtype, engine.int8, engine.trust_remote_code, tokenizer, engine.compile, lines
-        )
+            model, device, engine.dtype, engine.int8, engine.trust_remote_code, tokenizer, engine.compile, lines,
+            engine.vmap,
+        )  # fmt: skip
     else:
         if engine.int8 or engine.dtype != "float32" or engine.compile == "always":
             raise InputError(
                 "--int8, --dtype and --compile are PyTorch options; CTranslate2 takes --compute_type (e.g. int8)."
             )
-        backend = load_ctranslate2_backend(model, device, engine.compute_type, engine.trust_remote_code)
+        backend = load_ctranslate2_backend(model, device, engine.compute_type, engine.trust_remote_code, engine.vmap)
     return Translator(backend, engine, model=model)
 
 

@@ -92,7 +92,7 @@ def finished(local_ray, corpus, tmp_path_factory) -> Path:
 def test_the_chain_ships_a_student_measured_against_its_teacher(finished, corpus, capsys):
     report = json.loads((finished / "report.json").read_text())
     rows = {(r["model"], r["engine"], r["decoding"]): r for r in report["evaluation"]["rows"]}
-    engines, decodings = ("PyTorch float32", "CTranslate2 int8"), ("greedy", "beam 4")
+    engines, decodings = ("PyTorch float32", "CTranslate2 int8"), ("greedy", "beam 4", "greedy, vmap", "beam 4, vmap")
     expected = {(m, e, d) for m in ("teacher", "student") for e in engines for d in decodings}
     assert set(rows) == expected | {("baseline", "PyTorch float32", d) for d in decodings}
     for row in rows.values():
@@ -127,6 +127,11 @@ def test_the_chain_ships_a_student_measured_against_its_teacher(finished, corpus
     assert student.config.decoder_layers == 1 and student.config.vocab_size == teacher.config.vocab_size
     assert report["student"]["copied_layers"] == {"encoder": [0, 1], "decoder": [0]}
     assert (finished / "student-ctranslate2-int8" / "model.bin").is_file()
+    # Its vocabulary map, from the distilled pairs, goes with it and with the teacher's export.
+    vmap = (finished / "student" / "vmap.txt").read_text()
+    assert report["vocabulary_map"]["source_tokens"] == len(vmap.splitlines()) - 1
+    for export in ("student-ctranslate2-int8", "teacher-ctranslate2-int8"):
+        assert (finished / export / "vmap.txt").read_text() == vmap
     assert json.loads((finished / "student" / "metrics.json").read_text())["training"]["steps"] == 4
     assert json.loads((finished / "baseline" / "metrics.json").read_text())["training"]["steps"] == 4
     card = (finished / "student" / "README.md").read_text()
@@ -162,8 +167,9 @@ def test_a_rerun_with_other_options_is_refused_naming_the_option_and_both_values
     assert stamps(finished) == before
 
 
-STEPS = ["corpus", "teacher-translations", "distilled", "student-init", "student", "baseline"]
+STEPS = ["corpus", "teacher-translations", "distilled", "student-init", "student", "baseline", "vocabulary-map"]
 STEPS += ["student-ctranslate2-int8", "teacher-ctranslate2-int8", "report"]
+OUTPUTS = {"vocabulary-map": ["student/vmap.txt"], "report": ["report.json", "report.md"]}  # else the step's name
 
 
 def interrupted(finished: Path, run: Path, step: str) -> Path:
@@ -173,8 +179,8 @@ def interrupted(finished: Path, run: Path, step: str) -> Path:
     (run / "steps" / f"{step}.json").write_text(json.dumps({**record, "complete": False}))
     for later in STEPS[STEPS.index(step) + 1 :]:
         (run / "steps" / f"{later}.json").unlink()
-        for output in (later,) if later != "report" else ("report.json", "report.md"):
-            shutil.rmtree(run / output) if (run / output).is_dir() else (run / output).unlink()
+        for output in OUTPUTS.get(later, [later]):
+            shutil.rmtree(run / output) if (run / output).is_dir() else (run / output).unlink(missing_ok=True)
     return run
 
 
