@@ -27,6 +27,11 @@ COMMANDS = {
         "translate a corpus (Parquet, JSON Lines, text) on Ray Data, resumable, locally or on a cluster",
     ),
     "distill": ("recipes.distill", "main", "distill a translator into a small, fast student, and measure both"),
+    "vocabulary-map": (
+        "data.vocabulary_map",
+        "main",
+        "write a model's vocabulary map (vmap.txt: a lexical shortlist for --use_vmap) from a parallel corpus",
+    ),
     "serve": ("serve.command", "main", "serve a trained model over HTTP: LibreTranslate's API, batched requests"),
     "export": ("interop.command", "export", "export a trained model to CTranslate2, MarianMTModel or ONNX, exactly"),
     "verify-export": ("interop.command", "verify", "how exactly every export reproduces a model, on a test set"),

@@ -8,9 +8,10 @@ spaces), a tab, and its target tokens separated by spaces; the line whose source
 always candidates. The unknown, start and end tokens always are, as in CTranslate2, so both engines
 choose among the same tokens (log-probabilities are normalised over the candidates, as both do).
 
-`write_vocabulary_map` makes one from a parallel corpus: IBM Model 1's lexical probabilities p(target | source)
-(Brown et al., 1993), the `BEST` most probable target tokens of each source token, and the `FREQUENT` most frequent
-target tokens (Marian's `--shortlist lex.s2t 100 100` keeps 100 and 100 over words; these are subword tokens).
+`write_vocabulary_map` makes one from a parallel corpus (`hf-vanilla-transformer vocabulary-map`; `distill` for its
+student): IBM Model 1's lexical probabilities p(target | source) (Brown et al., 1993), the `BEST` most probable target
+tokens of each source token, and the `FREQUENT` most frequent target tokens (Marian's `--shortlist lex.s2t 100 100`
+keeps 100 and 100 over words; these are subword tokens), over at most `MAX_PAIRS` pairs evenly spread over the corpus.
 """
 
 from collections.abc import Iterable
@@ -18,13 +19,15 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import InputError
+from ..errors import CommandParser, InputError, check_minimums
 
 
 VMAP_NAME = "vmap.txt"  # the file's name in a model folder, as CTranslate2 reads it
 BEST = 20
 FREQUENT = 100
 IBM1_ITERATIONS = 5
+CHUNK = 20_000  # sentence pairs whose alignments IBM Model 1 holds in memory at once
+MAX_PAIRS = 500_000  # the lexical probabilities of the tokens a shortlist keeps are settled long before
 
 
 class VocabularyMap:
@@ -74,27 +77,39 @@ class VocabularyMap:
 
 def lexical_probabilities(sources: list[list[int]], targets: list[list[int]], null: int, vocab_size: int):
     """IBM Model 1 by expectation-maximisation over the pairs of token ids (`null`: the empty source word's id):
-    (source ids, target ids, p(target | source)) of every pair of tokens that occur in one sentence pair."""
-    keys, positions, offset = [], [], 0
-    for source, target in zip(sources, targets):
-        source, target = np.array([*source, null]), np.array(target)
-        keys.append((source[:, None] * vocab_size + target[None, :]).ravel())
-        positions.append(np.tile(np.arange(offset, offset + len(target)), len(source)))
-        offset += len(target)
-    pairs, which = np.unique(np.concatenate(keys), return_inverse=True)
-    positions = np.concatenate(positions)
-    source_ids, target_ids = pairs // vocab_size, pairs % vocab_size
+    (source ids, target ids, p(target | source)) of every pair of tokens that occur in one sentence pair. The corpus
+    is read `CHUNK` sentence pairs at a time, so memory holds the distinct token pairs and one chunk's alignments."""
+    chunks = [range(start, min(start + CHUNK, len(sources))) for start in range(0, len(sources), CHUNK)]
+
+    def alignments(chunk):  # the (source token, target token) key of each alignment link, and its target position
+        keys, positions, offset = [], [], 0
+        for i in chunk:
+            source, target = np.array([*sources[i], null], dtype=np.int64), np.array(targets[i], dtype=np.int64)
+            keys.append((source[:, None] * vocab_size + target[None, :]).ravel())
+            positions.append(np.tile(np.arange(offset, offset + len(target)), len(source)))
+            offset += len(target)
+        return np.concatenate(keys), np.concatenate(positions)
+
+    pairs = np.unique(np.concatenate([np.unique(alignments(chunk)[0]) for chunk in chunks]))
     probabilities = np.ones(len(pairs))
     for _ in range(IBM1_ITERATIONS):
-        p = probabilities[which]
-        # Each target token's alignment to the source tokens of its sentence, then the expected counts.
-        counts = np.bincount(which, p / np.bincount(positions, p)[positions], minlength=len(pairs))
+        counts = np.zeros(len(pairs))
+        for chunk in chunks:
+            keys, positions = alignments(chunk)
+            which = np.searchsorted(pairs, keys)
+            p = probabilities[which]
+            # Each target token's alignment to the source tokens of its sentence, then the expected counts.
+            counts += np.bincount(which, p / np.bincount(positions, p)[positions], minlength=len(pairs))
+        source_ids = pairs // vocab_size
         probabilities = counts / np.bincount(source_ids, counts, minlength=vocab_size)[source_ids]
-    return source_ids, target_ids, probabilities
+    return pairs // vocab_size, pairs % vocab_size, probabilities
 
 
 def write_vocabulary_map(path: Path, pairs: list[tuple[str, str]], tokenizer, best=BEST, frequent=FREQUENT) -> dict:
     """The vocabulary map of the (source, target) text `pairs` as `tokenizer` cuts them, written to `path`; counts."""
+    if not pairs:
+        raise InputError("A vocabulary map needs sentence pairs: the corpus has none.")
+    pairs = pairs[:: -(-len(pairs) // MAX_PAIRS)]
     sources = tokenizer([s for s, _ in pairs], add_special_tokens=False)["input_ids"]
     targets = tokenizer(text_target=[t for _, t in pairs], add_special_tokens=False)["input_ids"]
     vocab_size = len(tokenizer)
@@ -113,4 +128,62 @@ def write_vocabulary_map(path: Path, pairs: list[tuple[str, str]], tokenizer, be
         best_ids = target_ids[order[starts[source] : starts[source + 1]]][:best]
         lines.append(f"{tokens[source]}\t{' '.join(tokens[i] for i in best_ids)}")
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    return dict(source_tokens=len(lines) - 1, best=best, frequent=len(common))
+    return dict(source_tokens=len(lines) - 1, best=best, frequent=len(common), pairs=len(pairs))
+
+
+def main(argv: list[str], prog: str) -> int:
+    """`hf-vanilla-transformer vocabulary-map`: a model folder's vmap.txt from a parallel corpus."""
+    from transformers import GenerationConfig
+
+    from .corpus import load_parallel_corpus
+    from .folders import check_translation_folder, load_tokenizer, resolve_model
+    from .trained_on import trained_on
+
+    parser = CommandParser(
+        prog=prog,
+        description="Write a model's vocabulary map (vmap.txt), which --use_vmap decodes with, from a parallel "
+        "corpus: IBM Model 1's most probable target tokens of each source token, and the most frequent target tokens.",
+    )
+    parser.add_argument("--model", required=True, help=f"the model folder; the map is written into it as {VMAP_NAME}")
+    parser.add_argument("--train_file", nargs="+", help="the corpus, as train translation reads it (default: the "
+                        "bundled corpus): JSON Lines, TSV/CSV with a header, or two aligned text files")  # fmt: skip
+    parser.add_argument("--dataset_name", help="a Hub dataset instead (e.g. wmt14), its train split")
+    parser.add_argument("--dataset_config_name", help="its configuration (e.g. de-en)")
+    parser.add_argument("--source_lang", help="(default: the language the model was trained from, as its folder says)")
+    parser.add_argument("--target_lang", help="(default: the language the model was trained into)")
+    parser.add_argument("--best", type=int, default=BEST, help=f"target tokens per source token (default {BEST})")
+    parser.add_argument("--frequent", type=int, default=FREQUENT, help=f"most frequent target tokens, always "
+                        f"candidates (default {FREQUENT})")  # fmt: skip
+    parser.add_argument("--overwrite", action="store_true", help=f"replace the folder's {VMAP_NAME}")
+    args = parser.parse_args(argv)
+    check_minimums(dict(best=1, frequent=0), args)
+    folder = Path(resolve_model(args.model))
+    check_translation_folder(str(folder))
+    if not (folder / "config.json").is_file():
+        raise InputError(f"--model {args.model}: expected a local model folder (with config.json).")
+    path = folder / VMAP_NAME
+    if path.exists() and not args.overwrite:
+        raise InputError(f"{path} exists: pass --overwrite to replace it.")
+    recorded = (
+        trained_on(GenerationConfig.from_pretrained(folder)) if (folder / "generation_config.json").is_file() else None
+    )
+    languages = [
+        args.source_lang or getattr(recorded, "source_lang", None),
+        args.target_lang or getattr(recorded, "target_lang", None),
+    ]
+    if None in languages:
+        raise InputError(
+            f"--model {args.model} does not say which languages it translates: give --source_lang and --target_lang."
+        )
+    corpus = load_parallel_corpus(*languages, args.dataset_name, args.dataset_config_name, args.train_file)
+    if "train" not in corpus:
+        raise InputError(f"The corpus has the splits {sorted(corpus)}: a vocabulary map is made from its train split.")
+    pairs = [(pair[languages[0]], pair[languages[1]]) for pair in corpus["train"]["translation"]]
+    temporary = path.with_name(f".{VMAP_NAME}.tmp")
+    counts = write_vocabulary_map(temporary, pairs, load_tokenizer(str(folder)), args.best, args.frequent)
+    temporary.replace(path)
+    print(
+        f"{path}: the {counts['best']} most probable target tokens of each of {counts['source_tokens']:,} source "
+        f"tokens and the {counts['frequent']} most frequent, from {counts['pairs']:,} pairs."
+    )
+    return 0

@@ -136,6 +136,7 @@ def test_the_chain_ships_a_student_measured_against_its_teacher(finished, corpus
     assert json.loads((finished / "baseline" / "metrics.json").read_text())["training"]["steps"] == 4
     card = (finished / "student" / "README.md").read_text()
     assert "## Distillation" in card and tiny_translator_dir().name in card
+    assert "Decode it with its vocabulary map, `vmap.txt`" in card
 
 
 def test_a_rerun_of_a_finished_run_changes_nothing_and_prints_the_report(finished, corpus, capsys):

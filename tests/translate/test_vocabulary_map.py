@@ -8,13 +8,14 @@ import shutil
 
 import pytest
 
+from hf_vanilla_transformer import cli
 from hf_vanilla_transformer.data.folders import load_tokenizer
 from hf_vanilla_transformer.data.vocabulary_map import VMAP_NAME, VocabularyMap, write_vocabulary_map
 from hf_vanilla_transformer.errors import InputError
 from hf_vanilla_transformer.translate.decoding import decode
 from hf_vanilla_transformer.translate.options import DecodeOptions, EngineOptions
 from hf_vanilla_transformer.translate.translator import load_translator
-from tests.helpers import DEMO_SENTENCES, short_pairs, tiny_translator_dir
+from tests.helpers import DEMO_SENTENCES, short_pairs, tiny_translator_dir, write_jsonl
 from tests.translate.test_decoding import LIMITS, TEXTS, TOKENIZER, generation_config, model  # noqa: F401
 
 
@@ -59,7 +60,9 @@ def test_ibm_model_1_ranks_a_words_translation_first(tmp_path):
     tokenizer = load_tokenizer(str(folder))
     counts = write_vocabulary_map(tmp_path / VMAP_NAME, short_pairs(), tokenizer, best=3, frequent=10)
     lines = dict(line.split("\t") for line in (tmp_path / VMAP_NAME).read_text().splitlines())
-    assert counts == dict(source_tokens=len(lines) - 1, best=3, frequent=10) and len(lines[""].split()) == 10
+    assert (
+        counts == dict(source_tokens=len(lines) - 1, best=3, frequent=10, pairs=2000) and len(lines[""].split()) == 10
+    )
     assert all(1 <= len(targets.split()) <= 3 for source, targets in lines.items() if source)
     for german, english in (("▁Hunger", "▁hungry"), ("▁Bahnhof", "▁station")):
         if german in lines and english in tokenizer.get_vocab():
@@ -162,3 +165,37 @@ def test_misuses_are_refused_in_one_line(mapped_model, tmp_path):
     pytest.importorskip("ctranslate2")
     with pytest.raises(InputError, match="CTranslate2 reads the vmap.txt of its model folder"):
         load_translator(str(mapped_model), EngineOptions(backend="ctranslate2", vmap=str(mapped_model / VMAP_NAME)))
+
+
+def test_the_command_writes_a_models_map_and_never_replaces_one_unasked(tmp_path, capsys):
+    folder = tmp_path / "model"
+    shutil.copytree(tiny_translator_dir(), folder)
+    corpus = write_jsonl(tmp_path / "train.jsonl", short_pairs(300))
+    command = ["vocabulary-map", "--model", str(folder), "--train_file", corpus, "--best", "3"]
+    assert cli.main(command) == 2  # the tiny model's folder does not record its languages
+    assert (
+        "does not say which languages it translates: give --source_lang and --target_lang" in capsys.readouterr().err
+    )
+    command += ["--source_lang", "de", "--target_lang", "en"]
+    assert cli.main(command) == 0
+    assert f"{folder / VMAP_NAME}: the 3 most probable target tokens" in capsys.readouterr().out
+    written = (folder / VMAP_NAME).read_text()
+    assert all(len(line.split("\t")[1].split()) <= 3 for line in written.splitlines()[1:])
+    VocabularyMap.read(folder / VMAP_NAME, load_tokenizer(str(folder)))
+    assert cli.main(command) == 2
+    assert f"{folder / VMAP_NAME} exists: pass --overwrite to replace it." in capsys.readouterr().err
+    assert (folder / VMAP_NAME).read_text() == written
+    assert cli.main([*command, "--overwrite", "--best", "1"]) == 0
+    assert (folder / VMAP_NAME).read_text() != written
+
+
+def test_a_large_corpus_is_read_evenly_spread_and_an_empty_one_is_refused(tmp_path, monkeypatch):
+    from hf_vanilla_transformer.data import vocabulary_map
+
+    tokenizer = load_tokenizer(str(tiny_translator_dir()))
+    monkeypatch.setattr(vocabulary_map, "MAX_PAIRS", 300)
+    pairs = short_pairs(1000)
+    assert write_vocabulary_map(tmp_path / VMAP_NAME, pairs, tokenizer)["pairs"] == 250  # every 4th
+    assert write_vocabulary_map(tmp_path / VMAP_NAME, pairs[:300], tokenizer)["pairs"] == 300
+    with pytest.raises(InputError, match="A vocabulary map needs sentence pairs: the corpus has none."):
+        write_vocabulary_map(tmp_path / VMAP_NAME, [], tokenizer)
