@@ -241,8 +241,9 @@ def load_torch_backend(
     elif tokenizer is None:
         raise ValueError("A model object needs its `tokenizer`.")
     check_tokenizer_fits_model(tokenizer, model.config)
-    folder_vmap = Path(model.name_or_path, VMAP_NAME)
-    vmap = vmap or (str(folder_vmap) if folder_vmap.is_file() else None)
+    folder = Path(model.name_or_path) if model.name_or_path else None  # a model object may have no folder
+    if vmap is None and folder is not None and folder.is_dir() and (folder / VMAP_NAME).is_file():
+        vmap = str(folder / VMAP_NAME)
     if vmap is not None:
         if model.config.model_type not in VMAP_MODEL_TYPES:
             raise InputError(

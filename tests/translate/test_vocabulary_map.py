@@ -199,3 +199,30 @@ def test_a_large_corpus_is_read_evenly_spread_and_an_empty_one_is_refused(tmp_pa
     assert write_vocabulary_map(tmp_path / VMAP_NAME, pairs[:300], tokenizer)["pairs"] == 300
     with pytest.raises(InputError, match="A vocabulary map needs sentence pairs: the corpus has none."):
         write_vocabulary_map(tmp_path / VMAP_NAME, [], tokenizer)
+
+
+def test_a_marianmt_model_decodes_with_a_map_as_without_when_every_token_is_a_candidate(mapped_model, tmp_path):
+    from hf_vanilla_transformer.interop.marian import export_marian
+
+    marian = export_marian(mapped_model, tmp_path / "marian")  # MarianMTModel: its final_logits_bias too
+    tokenizer = load_tokenizer(str(marian))
+    (marian / VMAP_NAME).write_text("\t" + " ".join(tokenizer.convert_ids_to_tokens(range(len(tokenizer)))) + "\n")
+    translator = load_translator(str(marian), EngineOptions(device="cpu"))
+    for options in (GREEDY, BEAM):
+        without = DecodeOptions(num_beams=options.num_beams, split_sentences=False)
+        assert [r.hypotheses[0].tokens for r in translator.translate(DEMO_SENTENCES, options)] == [
+            r.hypotheses[0].tokens for r in translator.translate(DEMO_SENTENCES, without)
+        ]
+
+
+def test_a_model_object_without_a_folder_takes_no_map_from_the_working_directory(tmp_path, monkeypatch):
+    from transformers import AutoModelForSeq2SeqLM
+
+    loaded = AutoModelForSeq2SeqLM.from_pretrained(tiny_translator_dir())
+    loaded.name_or_path = ""
+    (tmp_path / VMAP_NAME).write_text("\t▁Tom\n")
+    monkeypatch.chdir(tmp_path)
+    translator = load_translator(
+        loaded, EngineOptions(device="cpu"), tokenizer=load_tokenizer(str(tiny_translator_dir()))
+    )
+    assert translator.backend.vmap is None
