@@ -103,7 +103,7 @@ class Backend:
 
     def check_vmap(self) -> None:
         """Refuse `--use_vmap` where this engine has no vocabulary map, before any input is read."""
-        if not self.vmap:
+        if not self.vmap_file:
             raise InputError(
                 f"--use_vmap: no vocabulary map was loaded with the model (its folder has no {VMAP_NAME}; the PyTorch "
                 "engine also takes --vmap FILE). `distill` writes one for its student; docs/translate.md says how."
@@ -122,10 +122,12 @@ class TorchBackend(Backend):
         tokenizer,
         generation_config: GenerationConfig,
         static_cache: bool = False,
-        vmap: VocabularyMap | None = None,
+        vmap_file: str | None = None,
     ):
         super().__init__(tokenizer, generation_config, max_source_length(tokenizer, model.config))
-        self.model, self.vmap = model, vmap
+        self.model = model
+        # Read at the first call with --use_vmap: a folder's map stands in no way of decoding without it.
+        self.vmap_file, self.vmap = vmap_file, None
         self.device = next(model.parameters()).device
         self.static_cache = static_cache
         self.compile_config = CompileConfig(fullgraph=True) if static_cache and self.device.type == "cuda" else None
@@ -138,6 +140,13 @@ class TorchBackend(Backend):
         super().check_vmap()
         if self.static_cache:
             raise InputError("--use_vmap does not go with the static cache of --compile: give --compile never.")
+        if self.model.config.model_type not in VMAP_MODEL_TYPES:
+            raise InputError(
+                f"--use_vmap: the PyTorch engine restricts the output layer of {', '.join(VMAP_MODEL_TYPES)} models, "
+                f"not of {self.model.config.model_type} models; --backend ctranslate2 takes vocabulary maps."
+            )
+        if self.vmap is None:
+            self.vmap = VocabularyMap.read(self.vmap_file, self.tokenizer, candidate_ids(self.base_generation_config))
 
     def generation_config(self, overrides: dict, nbest: int) -> GenerationConfig:
         config = super().generation_config(overrides, nbest)
@@ -244,13 +253,8 @@ def load_torch_backend(
     folder = Path(model.name_or_path) if model.name_or_path else None  # a model object may have no folder
     if vmap is None and folder is not None and folder.is_dir() and (folder / VMAP_NAME).is_file():
         vmap = str(folder / VMAP_NAME)
-    if vmap is not None:
-        if model.config.model_type not in VMAP_MODEL_TYPES:
-            raise InputError(
-                f"--vmap: the PyTorch engine restricts the output layer of {', '.join(VMAP_MODEL_TYPES)} models, not "
-                f"of {model.config.model_type} models; --backend ctranslate2 takes vocabulary maps."
-            )
-        vmap = VocabularyMap.read(vmap, tokenizer, candidate_ids(model.generation_config))
+    elif vmap is not None and not Path(vmap).is_file():
+        raise InputError(f"--vmap {vmap}: no such file.")
     model = model.to(device, DTYPES[dtype]).eval()
     if int8:
         # A copy with every nn.Linear (the tied lm_head too, as its own int8 copy) holding int8 weights and
@@ -299,10 +303,15 @@ class CTranslate2Backend(Backend):
     whose sentences come from many requests and have as many lengths."""
 
     def __init__(
-        self, translator, tokenizer, generation_config: GenerationConfig, limit: int | None, vmap: bool = False
+        self,
+        translator,
+        tokenizer,
+        generation_config: GenerationConfig,
+        limit: int | None,
+        vmap_file: str | None = None,
     ):
         super().__init__(tokenizer, generation_config, limit)
-        self.translator, self.vmap = translator, vmap  # whether the model folder has a vocabulary map
+        self.translator, self.vmap_file = translator, vmap_file  # the model folder's vocabulary map, if any
         self.max_position_embeddings = min((n for n in (limit, generation_config.max_length) if n), default=None)
         self.options = {}  # translate_batch's options, by generation config
 
@@ -412,7 +421,8 @@ def load_ctranslate2_backend(
         generation_config.bad_words_ids = banned or None
     config = None if source == folder else AutoConfig.from_pretrained(source, trust_remote_code=trust_remote_code)
     limit = max_source_length(tokenizer, config)
-    backend = CTranslate2Backend(translator, tokenizer, generation_config, limit, (folder / VMAP_NAME).is_file())
+    vmap_file = str(folder / VMAP_NAME) if (folder / VMAP_NAME).is_file() else None
+    backend = CTranslate2Backend(translator, tokenizer, generation_config, limit, vmap_file)
     backend.generation_config({}, 1)  # the folder's own settings, checked now
     return backend
 

@@ -120,6 +120,7 @@ def test_the_engine_chooses_among_the_maps_candidates(mapped_model, int8):
     translator = load_translator(str(mapped_model), EngineOptions(device="cpu", int8=int8))
     tokenizer = translator.tokenizer
     sources = [tokenizer.tokenize(line) + [tokenizer.eos_token] for line in DEMO_SENTENCES]
+    translator.decoding(GREEDY)  # reads the map, as the first call with --use_vmap does
     candidates = set(translator.backend.vmap.candidates(sources))  # the lines' one batch's
     for options in (GREEDY, BEAM):
         for result in translator.translate(DEMO_SENTENCES, options):
@@ -225,4 +226,18 @@ def test_a_model_object_without_a_folder_takes_no_map_from_the_working_directory
     translator = load_translator(
         loaded, EngineOptions(device="cpu"), tokenizer=load_tokenizer(str(tiny_translator_dir()))
     )
-    assert translator.backend.vmap is None
+    assert translator.backend.vmap_file is None
+
+
+def test_a_folders_map_is_read_only_for_a_call_that_uses_it(tmp_path):
+    folder = tmp_path / "model"
+    shutil.copytree(tiny_translator_dir(), folder)
+    (folder / VMAP_NAME).write_text(
+        "\t▁Tom\n▁Tom\t▁Tom Zebra\n"
+    )  # a map CTranslate2 would read, mapping Zebra to <unk>
+    translator = load_translator(str(folder), EngineOptions(device="cpu"))
+    assert translator.translate(["Tom ist hier."], DecodeOptions(num_beams=1))[0].hypotheses[0].text
+    with pytest.raises(InputError, match="line 2: the target token 'Zebra' is not in the vocabulary"):
+        translator.translate(["Tom ist hier."], GREEDY)
+    with pytest.raises(InputError, match=f"--vmap {tmp_path / 'none.txt'}: no such file"):
+        load_translator(str(folder), EngineOptions(device="cpu", vmap=str(tmp_path / "none.txt")))
