@@ -106,7 +106,8 @@ def lexical_probabilities(sources: list[list[int]], targets: list[list[int]], nu
 
 
 def write_vocabulary_map(path: Path, pairs: list[tuple[str, str]], tokenizer, best=BEST, frequent=FREQUENT) -> dict:
-    """The vocabulary map of the (source, target) text `pairs` as `tokenizer` cuts them, written to `path`; counts."""
+    """The vocabulary map of the (source, target) text `pairs` as `tokenizer` cuts them, written to `path` whole (a
+    kill leaves what was there before); counts."""
     if not pairs:
         raise InputError("A vocabulary map needs sentence pairs: the corpus has none.")
     pairs = pairs[:: -(-len(pairs) // MAX_PAIRS)]
@@ -127,7 +128,9 @@ def write_vocabulary_map(path: Path, pairs: list[tuple[str, str]], tokenizer, be
     for source in np.unique(source_ids):
         best_ids = target_ids[order[starts[source] : starts[source + 1]]][:best]
         lines.append(f"{tokens[source]}\t{' '.join(tokens[i] for i in best_ids)}")
-    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    temporary = path.with_name(f".{path.name}.tmp")
+    temporary.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    temporary.replace(path)
     return dict(source_tokens=len(lines) - 1, best=best, frequent=len(common), pairs=len(pairs))
 
 
@@ -179,9 +182,7 @@ def main(argv: list[str], prog: str) -> int:
     if "train" not in corpus:
         raise InputError(f"The corpus has the splits {sorted(corpus)}: a vocabulary map is made from its train split.")
     pairs = [(pair[languages[0]], pair[languages[1]]) for pair in corpus["train"]["translation"]]
-    temporary = path.with_name(f".{VMAP_NAME}.tmp")
-    counts = write_vocabulary_map(temporary, pairs, load_tokenizer(str(folder)), args.best, args.frequent)
-    temporary.replace(path)
+    counts = write_vocabulary_map(path, pairs, load_tokenizer(str(folder)), args.best, args.frequent)
     print(
         f"{path}: the {counts['best']} most probable target tokens of each of {counts['source_tokens']:,} source "
         f"tokens and the {counts['frequent']} most frequent, from {counts['pairs']:,} pairs."

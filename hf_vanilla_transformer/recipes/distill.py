@@ -453,11 +453,7 @@ class Distillation:
 
         lines = self.path("distilled", "train.jsonl").read_text(encoding="utf-8").splitlines()
         pairs = [tuple(json.loads(line)["translation"][lang] for lang in self.languages) for line in lines]
-        path = self.path("student", VMAP_NAME)
-        temporary = path.with_name(f".{VMAP_NAME}.tmp")
-        result = write_vocabulary_map(temporary, pairs, self.tokenizer)
-        temporary.replace(path)
-        return result
+        return write_vocabulary_map(self.path("student", VMAP_NAME), pairs, self.tokenizer)
 
     def export_int8(self, name: str) -> dict:
         """The CTranslate2 int8 folder of the student (with its vocabulary map) or the teacher (with the student's, so
