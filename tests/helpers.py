@@ -18,6 +18,7 @@ import textwrap
 import threading
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from unittest import mock
 
 import pytest
 import torch
@@ -217,6 +218,29 @@ def run_training(*args) -> int:
     from hf_vanilla_transformer.recipes.translation import main
 
     return main([str(arg) for arg in args])
+
+
+@contextlib.contextmanager
+def interrupted_at(step: int):
+    """`run_training` within receives SIGTERM after training step `step`, as from a scheduler: the run stops there
+    with its checkpoint, planned for all its steps (a schedule that anneals by the last step depends on them)."""
+    from transformers import TrainerCallback
+
+    from hf_vanilla_transformer.recipes import translation
+
+    class Interrupt(TrainerCallback):
+        def on_step_end(self, args, state, control, **kwargs):
+            if state.global_step == step:
+                os.kill(os.getpid(), signal.SIGTERM)
+
+    original = translation.TranslationTrainer.__init__
+
+    def init(self, *args, **kwargs):
+        original(self, *args, **kwargs)
+        self.add_callback(Interrupt())  # before the recipe's stop, which reads the signal after the step
+
+    with mock.patch.object(translation.TranslationTrainer, "__init__", init):
+        yield
 
 
 def logged_losses(run_dir) -> dict[int, float]:

@@ -43,6 +43,7 @@ from ..data.trained_on import record_trained_on
 from ..errors import InputError
 from ..model.configuration_vanilla_transformer import PAPER_PRESETS, VanillaTransformerConfig, paper_generation_config
 from ..model.pipeline_translation import TranslationPipeline
+from ..training.averaging import WeightAveragingCallback
 from ..training.checkpoints import (
     checkpoint_folders,
     finished,
@@ -76,6 +77,9 @@ EXAMPLES = [
     "Kannst du mir bitte helfen?",
     "Das Wetter ist heute sehr schön.",
 ]
+
+# The decay of the weights' moving average (about the last 500 updates), chosen on the demo's validation split.
+EMA_DECAY = 0.998
 
 
 @dataclass
@@ -204,11 +208,20 @@ class RecipeArguments:
             "on a GPU and 4096 on a CPU."
         },
     )
+    ema_decay: float = field(
+        default=EMA_DECAY,
+        metadata={
+            "help": "Keep an exponential moving average of the weights with this decay after every update, evaluate "
+            "it and save it as the model (Marian's --exponential-smoothing; 0: off, the last step's weights). "
+            "Checkpoints keep it beside the trained weights, so a resumed run ends as an uninterrupted one."
+        },
+    )
     average_last: int = field(
         default=0,
         metadata={
             "help": "Make the final model the mean of the last N checkpoints (paper, section 6.1), --save_steps "
-            "apart, the newest the last step's (0 or 1: the last step's weights)."
+            "apart, the newest the last step's (0 or 1: the last step's weights). Turns --ema_decay off unless "
+            "given. --paper_preset: 5 (base) or 20 (big)."
         },
     )
     max_train_minutes: float = field(
@@ -262,6 +275,16 @@ DEMO_DEFAULTS = dict(
 OWN_CORPUS_DEFAULTS = {key: value for key, value in DEMO_DEFAULTS.items() if key not in ("output_dir", "max_steps")}
 
 
+# The paper's own schedule and averaging, which --paper_preset keeps: inverse square root after the warm-up, made for
+# its 100,000 steps, and the mean of the last 5 (base) or 20 (big) checkpoints (section 6.1).
+PAPER_AVERAGE_LAST = {"base": 5, "big": 20}
+
+
+def paper_schedule(preset: str) -> dict:
+    last = PAPER_AVERAGE_LAST[preset]
+    return dict(lr_scheduler_type="inverse_sqrt", ema_decay=0.0, average_last=last, save_total_limit=max(5, last))
+
+
 # The paper's batches (section 5.1): about 25,000 target tokens per update, in token batches of at most 4,096 tokens
 # per process on a CPU (fairseq's WMT recipe), and on a GPU as many as its memory holds (on an 80 GB card, the whole
 # update in one batch); the paper presets train this way unless told otherwise.
@@ -277,14 +300,14 @@ GPU_LOADING = dict(dataloader_num_workers=4, dataloader_persistent_workers=is_to
 COMPILED_PAD_MULTIPLE = 8
 
 
-def given_options(argv: list[str] | None) -> set[str]:
-    """The options `argv` names, of those that change the recipe's defaults."""
+def given_options(argv: list[str] | None) -> dict[str, list[str]]:
+    """The options `argv` names, of those that change the recipe's defaults, with their values."""
     parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
     options = ("train_file", "validation_file", "test_file", "dataset_name", "output_dir", "paper_preset")
-    for option in (*options, "tokens_per_update", "max_eval_samples", "max_test_samples"):
+    for option in (*options, "tokens_per_update", "max_eval_samples", "max_test_samples", "average_last", "ema_decay"):
         parser.add_argument(f"--{option}", nargs="*")
     known, _ = parser.parse_known_args(argv or [])
-    return {option for option, value in vars(known).items() if value is not None}
+    return {option: value for option, value in vars(known).items() if value is not None}
 
 
 def parse_args(argv: list[str] | None = None, prog: str = "hf-vanilla-transformer train translation"):
@@ -292,7 +315,8 @@ def parse_args(argv: list[str] | None = None, prog: str = "hf-vanilla-transforme
     # but ends at a lower BLEU than float32 (35.4 vs 36.3); `--bf16 --use_cpu` still turns it on there.
     gpu_bf16 = torch.cuda.is_available() and torch.cuda.is_bf16_supported()
     given = given_options(argv)
-    own_corpus = bool(given & {"train_file", "validation_file", "test_file", "dataset_name"})
+    own_corpus = bool(given.keys() & {"train_file", "validation_file", "test_file", "dataset_name"})
+    preset = (given.get("paper_preset") or [None])[0]
     defaults = dict(
         OWN_CORPUS_DEFAULTS if own_corpus else DEMO_DEFAULTS,
         bf16=gpu_bf16,
@@ -300,10 +324,17 @@ def parse_args(argv: list[str] | None = None, prog: str = "hf-vanilla-transforme
         **(GPU_LOADING if torch.cuda.is_available() else {}),
         translate=None if own_corpus else list(EXAMPLES),
         **((GPU_PAPER_BATCHES if torch.cuda.is_available() else PAPER_BATCHES) if "paper_preset" in given else {}),
+        **(paper_schedule(preset) if preset in PAPER_AVERAGE_LAST else {}),
+        **({"ema_decay": 0.0} if "average_last" in given else {}),
     )
     dataclasses = (ModelArguments, DataArguments, RecipeArguments, Seq2SeqTrainingArguments)
-    parsed = parse_recipe_arguments(dataclasses, defaults, argv, prog, __doc__.split("\n\n")[0])
+    parsed = parse_recipe_arguments(dataclasses, defaults, argv, prog, DESCRIPTION)
     data_args, recipe_args = parsed[1], parsed[2]
+    if recipe_args.ema_decay and recipe_args.average_last > 1:
+        raise InputError(
+            f"--ema_decay {recipe_args.ema_decay:g} and --average_last {recipe_args.average_last}: choose one "
+            "average (checkpoints hold the trained weights, not the moving average)."
+        )
     recipe_args.max_tokens = parse_max_tokens(recipe_args.max_tokens)
     if not recipe_args.max_tokens and "tokens_per_update" not in given:  # --max_tokens 0: the preset's update too
         recipe_args.max_tokens = recipe_args.tokens_per_update = None
@@ -315,6 +346,15 @@ def parse_args(argv: list[str] | None = None, prog: str = "hf-vanilla-transforme
     if (data_args.validation_file or data_args.test_file) and not (data_args.train_file or data_args.dataset_name):
         raise InputError("--validation_file and --test_file come with --train_file (the training corpus).")
     return parsed
+
+
+DESCRIPTION = __doc__.split("\n\n")[0] + (
+    " The learning rate warms up over --warmup_steps, then decays linearly to 0 at the last step, whichever option "
+    "ends the run (--max_steps, --num_train_epochs, --max_train_minutes), and the model saved is an exponential "
+    "moving average of the weights (--ema_decay): on a budget of steps, the best of the candidates measured on the "
+    "demo's validation split (docs/training.md). --paper_preset keeps the paper's schedule, inverse square root for "
+    "its 100,000 steps, and averages the last 5 (base) or 20 (big) checkpoints (section 6.1)."
+)
 
 
 def parse_max_tokens(value: str | None) -> int | str | None:
@@ -529,6 +569,8 @@ def train(argv: list[str] | None, prog: str, stop: StopOnSignals) -> int:
         max_train_minutes=recipe_args.max_train_minutes,
     )
     trainer.add_callback(stop)
+    if recipe_args.ema_decay:  # last: it reads the step's plan for evaluation, which the others may change
+        trainer.add_callback(WeightAveragingCallback(recipe_args.ema_decay))
     with stop.deferred():  # a stop saves a checkpoint; a finished run's model is saved whole
         trainer.train(resume_from_checkpoint=resume_from)
         if stop.stopped_at is not None:
@@ -568,7 +610,13 @@ def train(argv: list[str] | None, prog: str, stop: StopOnSignals) -> int:
             },
             train_samples=len(datasets["train"]),
             total_seconds=time.time() - started,
-            recipe={**batching, **data_report, **lengths_report, "averaged_checkpoints": averaged},
+            recipe={
+                **batching,
+                **data_report,
+                **lengths_report,
+                "ema_decay": recipe_args.ema_decay,
+                "averaged_checkpoints": averaged,
+            },
             validation=_scores(validation, "eval"),
             test={**_scores(test, "test"), "pairs_in_split": test_pairs,
                   "num_beams": model.generation_config.num_beams,

@@ -17,24 +17,50 @@ from .checkpoints import last_complete_checkpoint
 logger = logging.get_logger(__name__)
 
 
+# Schedules that do not depend on the number of training steps: a time budget leaves them as they are.
+OPEN_ENDED_SCHEDULES = {"constant", "constant_with_warmup", "inverse_sqrt", "reduce_lr_on_plateau"}
+
+
 class TrainingProgressCallback(TrainerCallback):
     """Logs the real total number of steps and the time left; with `max_train_minutes`, stops there.
 
     Under a time budget, the total is the number of steps the budget allows at the speed so far: the progress bar
     (`bar`, the trainer's [`ProgressCallback`]) is told, so that its total and remaining time are real rather than the
     epoch limit's. Training stops with a final checkpoint, after the same step in every process.
+
+    A schedule that ends at the last step (linear, cosine, warmup_stable_decay...) is re-planned as the total is: its
+    steps after the warm-up are stretched onto the steps that the budget allows, so that it reaches its end value when
+    the time runs out, as Cramming keys its schedule to the clock. Every process follows the first one's plan.
     """
 
     def __init__(self, max_train_minutes: float = 0, bar: ProgressCallback | None = None):
         self.budget = max_train_minutes * 60
         self.bar = bar
         self.start = self.first_step = None
+        self.planned_steps = None  # the step a time budget is expected to end at
 
-    def on_train_begin(self, args, state, control, **kwargs):
+    def on_train_begin(self, args, state, control, lr_scheduler=None, **kwargs):
         self.start, self.first_step = time.monotonic(), state.global_step
+        self.planned_steps = state.max_steps
+        if self.budget and hasattr(lr_scheduler, "lr_lambdas"):
+            if getattr(args.lr_scheduler_type, "value", args.lr_scheduler_type) not in OPEN_ENDED_SCHEDULES:
+                self.replan(lr_scheduler, args.get_warmup_steps(state.max_steps), state.max_steps)
         if state.is_world_process_zero:
             plan = f"for at most {self.budget / 60:g} minutes" if self.budget else f"{state.max_steps:,} steps"
             logger.info(f"Training {plan} from step {state.global_step:,}.")
+
+    def replan(self, scheduler, warmup: int, planned_for: int) -> None:
+        """Make `scheduler` (a `LambdaLR` planned for `planned_for` steps) follow `planned_steps` instead."""
+
+        def stretched(schedule):
+            def lr_lambda(step):
+                if step <= warmup or self.planned_steps <= warmup:
+                    return schedule(step)
+                return schedule(warmup + (step - warmup) * (planned_for - warmup) / (self.planned_steps - warmup))
+
+            return lr_lambda  # a function: the scheduler's state_dict does not try to save it
+
+        scheduler.lr_lambdas = [stretched(schedule) for schedule in scheduler.lr_lambdas]
 
     def total_steps(self, state) -> int:
         """The step training will stop at: `max_steps`, or the last step that fits in the time budget."""
@@ -45,14 +71,16 @@ class TrainingProgressCallback(TrainerCallback):
 
     def on_step_end(self, args, state, control, **kwargs):
         if self.budget:
-            out_of_time = torch.tensor(float(time.monotonic() - self.start >= self.budget), device=args.device)
-            # Every process must stop after the same step, or DDP hangs.
+            out_of_time = float(time.monotonic() - self.start >= self.budget)
+            plan = torch.tensor([out_of_time, self.total_steps(state)], dtype=torch.float64, device=args.device)
+            # Every process must stop after the same step, or DDP hangs, and follow the same schedule.
             if torch.distributed.is_available() and torch.distributed.is_initialized():
-                torch.distributed.broadcast(out_of_time, src=0)
-            if out_of_time.item():
+                torch.distributed.broadcast(plan, src=0)
+            out_of_time, self.planned_steps = plan.tolist()
+            if out_of_time:
                 control.should_training_stop = control.should_save = True
             elif self.bar is not None and self.bar.training_bar is not None:
-                self.bar.training_bar.total = self.total_steps(state)
+                self.bar.training_bar.total = int(self.planned_steps)
                 self.bar.training_bar.refresh()
         return control
 

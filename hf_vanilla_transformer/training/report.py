@@ -7,8 +7,8 @@ model card), the training curves, and the machine it ran on.
       "dataset": {"name", "id" (a Hub dataset), "config", "license", "attribution"},
       "model": {"architecture", "parameters", "d_model", "encoder_layers", "decoder_layers", "vocab_size"},
       "training": {"steps", "epochs", "runtime_seconds", "total_seconds", "train_samples", "hardware",
-                   "learning_rate", "lr_scheduler", "warmup_steps", "label_smoothing", "per_device_train_batch_size",
-                   "world_size", "bf16", "seed", ...the recipe's own settings},
+                   "learning_rate", "lr_scheduler", "lr_scheduler_kwargs", "warmup_steps", "label_smoothing",
+                   "per_device_train_batch_size", "world_size", "bf16", "seed", ...the recipe's own settings},
       "validation": {metric: value}, "test": {metric: value},
       "command": the command line that trained it
     }
@@ -97,6 +97,7 @@ def run_report(
             "hardware": hardware(),
             "learning_rate": args.learning_rate,
             "lr_scheduler": str(scheduler),
+            "lr_scheduler_kwargs": args.lr_scheduler_kwargs or {},
             "warmup_steps": args.warmup_steps,
             "adam_betas": [args.adam_beta1, args.adam_beta2],
             "adam_epsilon": args.adam_epsilon,

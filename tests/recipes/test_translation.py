@@ -9,6 +9,7 @@ import sys
 
 import pytest
 import torch
+from safetensors.torch import load_file
 from transformers import (
     AutoModelForSeq2SeqLM,
     AutoTokenizer,
@@ -26,6 +27,7 @@ from tests.helpers import (
     ROOT,
     TINY_MODEL,
     default_sigint,
+    interrupted_at,
     logged,
     logged_losses,
     run_distributed,
@@ -128,7 +130,8 @@ def test_interrupted_and_resumed_training_reproduces_the_uninterrupted_losses(tm
         3,
     ]
     run_training("--output_dir", tmp_path / "full", *common, "--max_steps", 10)
-    run_training("--output_dir", tmp_path / "cut", *common, "--max_steps", 4)  # "interrupted" after checkpoint-4
+    with interrupted_at(4):
+        assert run_training("--output_dir", tmp_path / "cut", *common, "--max_steps", 10) == 128 + signal.SIGTERM
     run_training("--output_dir", tmp_path / "cut", *common, "--max_steps", 10, "--resume_from_checkpoint", "last")
     full, resumed = logged_losses(tmp_path / "full"), logged_losses(tmp_path / "cut")
     assert sorted(full) == sorted(resumed) == list(range(1, 11))
@@ -314,6 +317,8 @@ def test_two_processes_with_token_batches_give_the_losses_of_one_accumulating_tw
     tmp_path, varied_pairs
 ):
     common = ["--train_file", varied_pairs, *TOKEN_RUN, "--max_steps", 10, "--save_steps", 8]  # 6 updates an epoch
+    common += ["--ema_decay", 0.8]  # every process keeps the same average of the weights, resumed too
+    common += ["--lr_scheduler_type", "inverse_sqrt"]  # "interrupted" by a shorter run: a schedule of any length
     run_training("--output_dir", tmp_path / "one", *common, "--gradient_accumulation_steps", 2)
     for name, steps in (("two", 10), ("cut", 8), ("cut", 10)):
         resume = ["--resume_from_checkpoint", "last"] if (tmp_path / name).exists() else []
@@ -331,6 +336,10 @@ def test_two_processes_with_token_batches_give_the_losses_of_one_accumulating_tw
     assert 1 < epochs[8] < 2  # the checkpoint was taken in the middle of the second epoch
     report = json.loads((tmp_path / "two" / "metrics.json").read_text())["training"]
     assert (report["world_size"], report["max_tokens"], report["gradient_accumulation_steps"]) == (2, 60, 1)
+    saved = {run: load_file(tmp_path / run / "model.safetensors") for run in ("one", "two", "cut")}
+    for name, weight in saved["one"].items():
+        assert torch.allclose(saved["two"][name], weight, atol=1e-5), name
+        assert torch.allclose(saved["cut"][name], saved["two"][name], atol=1e-6), name
 
 
 @pytest.mark.slow
@@ -367,13 +376,18 @@ def test_compiled_training_on_a_cpu_trains_the_eager_batches_to_the_eager_losses
     assert sorted(compiled) == sorted(eager) == list(range(1, 9))
     for step in eager:
         assert compiled[step] == pytest.approx(eager[step], rel=1e-3), step
+    # the moving average of the weights (on by default) is kept outside the compiled graphs, from the same weights
+    saved = {run: load_file(tmp_path / run / "model.safetensors") for run in ("eager", "compiled")}
+    for name, weight in saved["eager"].items():
+        assert torch.allclose(saved["compiled"][name], weight, atol=1e-4), name
 
 
 @pytest.mark.slow
 def test_a_run_with_token_batches_resumed_mid_epoch_sees_the_batches_of_the_uninterrupted_run(tmp_path, varied_pairs):
     common = ["--train_file", varied_pairs, *TOKEN_RUN, "--save_steps", 5]  # 11 batches per epoch
     run_training("--output_dir", tmp_path / "full", *common, "--max_steps", 14)
-    run_training("--output_dir", tmp_path / "cut", *common, "--max_steps", 5)
+    with interrupted_at(5):
+        run_training("--output_dir", tmp_path / "cut", *common, "--max_steps", 14)
     run_training("--output_dir", tmp_path / "cut", *common, "--max_steps", 14, "--resume_from_checkpoint", "last")
     full, resumed = logged(tmp_path / "full", "loss"), logged(tmp_path / "cut", "loss")
     assert sorted(full) == sorted(resumed) == list(range(1, 15))

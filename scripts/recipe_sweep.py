@@ -1,0 +1,119 @@
+"""One candidate of the demo's recipe, scored on the validation split only: the run's BLEU curve and the final BLEU and
+chrF of its weights, of exponential averages of them at several decays and of the mean of its last checkpoints a
+short window apart (LAWA), in one training run.
+
+    python -m scripts.recipe_sweep --name linear -- --lr_scheduler_type linear
+    python -m scripts.recipe_sweep --name wsd --ema 0.99 0.998 --lawa 5x20 5x50 -- --lr_scheduler_type \
+        warmup_stable_decay --lr_scheduler_kwargs '{"num_decay_steps": 460, "decay_type": "1-sqrt"}'
+
+Runs `train translation` (the demo unless the options after `--` say otherwise) in this process with every validation
+pair scored at each evaluation, and without the test split, which is never read: choosing settings is done on
+validation data alone. Writes `<output_root>/<name>.json`; docs/results/ records the candidates.
+"""
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from unittest import mock
+
+import torch
+from transformers import TrainerCallback
+
+from hf_vanilla_transformer.recipes import translation
+from hf_vanilla_transformer.training.averaging import ExponentialAverage, trained_parameters
+from hf_vanilla_transformer.training.report import cpu_model
+
+
+class Trackers(TrainerCallback):
+    """Exponential averages at several decays, and rings of the last k weights taken every w steps (LAWA), kept
+    beside a training run without touching it."""
+
+    def __init__(self, decays: list[float], windows: list[tuple[int, int]]):
+        self.decays, self.windows = decays, windows
+        self.averages, self.rings, self.parameters = {}, {}, []
+
+    def on_train_begin(self, args, state, control, model=None, **kwargs):
+        named = trained_parameters(model)
+        self.parameters = list(named.values())
+        self.averages = {decay: ExponentialAverage(named, decay) for decay in self.decays}
+        self.rings = {window: [] for window in self.windows}
+
+    def on_step_end(self, args, state, control, **kwargs):
+        for average in self.averages.values():
+            average.update(self.parameters)
+        for (k, w), ring in self.rings.items():
+            if (state.max_steps - state.global_step) % w == 0 and state.max_steps - state.global_step < k * w:
+                ring.append([p.detach().clone() for p in self.parameters])
+
+    def variants(self) -> dict[str, list[torch.Tensor]]:
+        found = {f"ema {decay}": average.weights for decay, average in self.averages.items()}
+        for (k, w), ring in self.rings.items():
+            found[f"lawa {k}x{w}"] = [torch.stack(weights).mean(0) for weights in zip(*ring)]
+        return found
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    own, recipe = (argv[: argv.index("--")], argv[argv.index("--") + 1 :]) if "--" in argv else (argv, [])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--name", required=True)
+    parser.add_argument("--output_root", default="outputs/recipe-sweep")
+    parser.add_argument("--ema", type=float, nargs="*", default=[0.99, 0.995, 0.998, 0.999])
+    parser.add_argument("--lawa", nargs="*", default=["5x23", "5x46", "10x23"], help="k snapshots w steps apart: kxw")
+    args = parser.parse_args(own)
+    windows = [tuple(int(n) for n in spec.split("x")) for spec in args.lawa]
+    trackers = Trackers(args.ema, windows)
+    trainers = []
+    original_init = translation.TranslationTrainer.__init__
+
+    def init(self, *a, **kw):
+        original_init(self, *a, **kw)
+        self.add_callback(trackers)
+        trainers.append(self)
+
+    def without_test(*a, **kw):
+        corpus = load(*a, **kw)
+        corpus.pop("test", None)
+        return corpus
+
+    load = translation.load_parallel_corpus
+    output_dir = Path(args.output_root) / args.name
+    started = time.time()
+    with (
+        mock.patch.object(translation.TranslationTrainer, "__init__", init),
+        mock.patch.object(translation, "load_parallel_corpus", without_test),
+    ):
+        every_pair = [] if "--max_eval_samples" in recipe else ["--max_eval_samples", "1000"]
+        trained = [] if "--ema_decay" in recipe else ["--ema_decay", "0"]  # the trackers average beside it
+        translation.main([*recipe, "--output_dir", str(output_dir), "--overwrite", *every_pair, *trained])
+    minutes = (time.time() - started) / 60
+    trainer = trainers[-1]
+    history = list(trainer.state.log_history)
+    parameters = trained_parameters(trainer.model)
+    final = {"final": [p.detach().clone() for p in parameters.values()], **trackers.variants()}
+    scores = {}
+    for name, weights in final.items():
+        with torch.no_grad():
+            torch._foreach_copy_(list(parameters.values()), weights)
+        metrics = trainer.evaluate()
+        scores[name] = {"bleu": round(metrics["eval_bleu"], 2), "chrf": round(metrics["eval_chrf"], 2)}
+        print(f"{args.name} {name}: validation BLEU {scores[name]['bleu']:.2f} chrF {scores[name]['chrf']:.2f}")
+    record = {
+        "name": args.name,
+        "recipe_options": recipe,
+        "cpu": cpu_model(),
+        "torch": torch.__version__,
+        "validation_pairs": len(trainer.eval_dataset),
+        "train_runtime_seconds": next((e["train_runtime"] for e in history if "train_runtime" in e), None),
+        "wall_minutes": round(minutes, 2),
+        "curve": {e["step"]: round(e["eval_bleu"], 2) for e in history if "eval_bleu" in e},
+        "validation": scores,
+    }
+    Path(args.output_root, f"{args.name}.json").write_text(json.dumps(record, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

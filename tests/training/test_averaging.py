@@ -1,0 +1,148 @@
+"""Weight averaging while training (`WeightAveragingCallback`, `--ema_decay`): the average's arithmetic, the model that
+is saved and scored, checkpoints that resume to the same average, and the time budget's schedule."""
+
+import json
+
+import pytest
+import torch
+from safetensors.torch import load_file
+from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+
+from hf_vanilla_transformer.errors import InputError
+from hf_vanilla_transformer.training.averaging import (
+    AVERAGE_FILE,
+    ExponentialAverage,
+    WeightAveragingCallback,
+    trained_parameters,
+)
+from tests.helpers import PAIRS, TINY_MODEL, interrupted_at, run_training, write_jsonl
+
+
+def test_the_moving_average_counts_its_first_updates_fully_then_decays_at_its_rate():
+    weight = torch.zeros(3)
+    average = ExponentialAverage({"w": weight}, decay=0.9)
+    expected = torch.zeros(3)
+    for t in range(40):
+        weight += 1.0
+        decay = min(0.9, (1 + t) / (10 + t))
+        expected = decay * expected + (1 - decay) * weight
+        average.update([weight])
+    assert torch.allclose(average.weights[0], expected) and average.updates == 40
+
+
+@pytest.mark.parametrize("decay", [0, 1, -0.5, 1.5])
+def test_a_decay_outside_0_and_1_is_refused_naming_the_option(decay):
+    with pytest.raises(InputError, match=r"--ema_decay .*between 0 and 1"):
+        WeightAveragingCallback(decay)
+
+
+def test_tied_weights_are_averaged_once():
+    model = torch.nn.Sequential(torch.nn.Embedding(5, 4), torch.nn.Linear(4, 5, bias=False))
+    model[1].weight = model[0].weight
+    assert list(trained_parameters(model)) == ["0.weight"]
+
+
+def _common(tmp_path, evaluation: str) -> list:
+    train = write_jsonl(tmp_path / "train.jsonl", [(f"{de} {i}", f"{en} {i}") for i in range(6) for de, en in PAIRS])
+    return [
+        *("--train_file", train, "--validation_file", evaluation, *TINY_MODEL),
+        *("--per_device_train_batch_size", 8, "--logging_steps", 1, "--save_steps", 4, "--eval_steps", 5),
+        *("--learning_rate", 3e-3, "--warmup_steps", 3, "--ema_decay", 0.8, "--dropout", 0),
+    ]
+
+
+def test_the_saved_model_is_the_average_it_was_scored_as_and_a_resumed_run_ends_with_the_same_one(tmp_path):
+    evaluation = write_jsonl(tmp_path / "eval.jsonl", PAIRS)
+    common = _common(tmp_path, evaluation)
+    run_training("--output_dir", tmp_path / "full", *common, "--max_steps", 10)
+    with interrupted_at(6):  # after checkpoint-4, stopped at step 6 with its own checkpoint
+        run_training("--output_dir", tmp_path / "cut", *common, "--max_steps", 10)
+    run_training("--output_dir", tmp_path / "cut", *common, "--max_steps", 10, "--resume_from_checkpoint", "last")
+
+    full, resumed = (load_file(tmp_path / run / "model.safetensors") for run in ("full", "cut"))
+    assert full.keys() == resumed.keys()
+    for name in full:
+        assert torch.allclose(full[name], resumed[name], atol=1e-6), name
+    # the checkpoint keeps the trained weights, for the optimizer to continue, and the average beside them
+    checkpoint = tmp_path / "full" / "checkpoint-10"
+    trained, average = load_file(checkpoint / "model.safetensors"), load_file(checkpoint / AVERAGE_FILE)
+    assert all(torch.equal(average[name], full[name]) for name in average)
+    assert any(not torch.equal(trained[name], full[name]) for name in average)
+    report = json.loads((tmp_path / "full" / "metrics.json").read_text())["training"]
+    assert report["ema_decay"] == 0.8 and report["lr_scheduler"] == "linear"
+
+    # the last evaluation scored the saved weights: their loss on the validation pairs, in one batch
+    history = json.loads((tmp_path / "full" / "trainer_state.json").read_text())["log_history"]
+    logged = next(entry["eval_loss"] for entry in history if entry.get("step") == 10 and "eval_loss" in entry)
+    tokenizer = AutoTokenizer.from_pretrained(tmp_path / "full")
+    model = AutoModelForSeq2SeqLM.from_pretrained(tmp_path / "full").eval()
+    batch = tokenizer([de for de, _ in PAIRS], text_target=[en for _, en in PAIRS], return_tensors="pt", padding=True)
+    batch["labels"][batch["labels"] == tokenizer.pad_token_id] = -100
+    with torch.no_grad():
+        assert model(**batch).loss.item() == pytest.approx(logged, rel=1e-5)
+
+
+def test_resuming_from_a_checkpoint_without_its_average_is_refused_naming_the_file(tmp_path):
+    evaluation = write_jsonl(tmp_path / "eval.jsonl", PAIRS)
+    common = _common(tmp_path, evaluation)
+    with interrupted_at(4):
+        run_training("--output_dir", tmp_path / "cut", *common, "--max_steps", 8)
+    (tmp_path / "cut" / "checkpoint-4" / AVERAGE_FILE).unlink()
+    with pytest.raises(InputError, match=rf"checkpoint-4/{AVERAGE_FILE} is missing"):
+        run_training("--output_dir", tmp_path / "cut", *common, "--max_steps", 8, "--resume_from_checkpoint", "last")
+
+
+def test_averaging_checkpoints_and_the_moving_average_are_one_choice(tmp_path):
+    with pytest.raises(InputError, match="--ema_decay 0.9 and --average_last 3: choose one"):
+        run_training("--output_dir", tmp_path / "run", "--ema_decay", 0.9, "--average_last", 3)
+
+
+@pytest.mark.parametrize("speed_change", [0.5, 1.0, 2.0], ids=["slower", "as-planned", "faster"])
+def test_under_a_time_budget_the_schedule_reaches_its_end_when_the_time_runs_out(monkeypatch, speed_change):
+    """A linear schedule planned for the epochs' 1,000 steps, in a budget that holds far fewer: re-planned from the
+    measured speed, it warms up as set and anneals to 0 at the step where the time runs out, whatever the speed."""
+    from types import SimpleNamespace
+
+    from transformers import SchedulerType, TrainerControl, TrainerState, get_scheduler
+
+    from hf_vanilla_transformer.training import progress
+
+    clock = [0.0]
+    monkeypatch.setattr(progress.time, "monotonic", lambda: clock[0])
+    optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
+    scheduler = get_scheduler("linear", optimizer, num_warmup_steps=10, num_training_steps=1000)
+    args = SimpleNamespace(
+        lr_scheduler_type=SchedulerType.LINEAR, device=torch.device("cpu"), get_warmup_steps=lambda _: 10
+    )
+    state, control = TrainerState(global_step=0, max_steps=1000), TrainerControl()
+    callback = progress.TrainingProgressCallback(max_train_minutes=1)  # 60 s: 200 steps at 0.3 s, before any change
+    callback.on_train_begin(args, state, control, lr_scheduler=scheduler)
+    rates = []
+    while not control.should_training_stop:
+        optimizer.step()
+        scheduler.step()
+        rates.append(scheduler.get_last_lr()[0])
+        state.global_step += 1
+        clock[0] += 0.3 if state.global_step <= 100 else 0.3 / speed_change  # the speed changes halfway
+        callback.on_step_end(args, state, control)
+    assert rates[9] == pytest.approx(1.0)  # the warm-up is the one set: 10 steps
+    assert rates[-1] < 0.02 * max(rates)  # annealed by the last step
+    assert all(later <= earlier + 1e-3 for earlier, later in zip(rates[10:], rates[11:]))
+    assert state.global_step < 1000
+
+
+def test_under_a_time_budget_the_papers_schedule_is_left_as_it_is():
+    from types import SimpleNamespace
+
+    from transformers import SchedulerType, TrainerControl, TrainerState, get_scheduler
+
+    from hf_vanilla_transformer.training.progress import TrainingProgressCallback
+
+    optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
+    scheduler = get_scheduler("inverse_sqrt", optimizer, num_warmup_steps=10)
+    lambdas = list(scheduler.lr_lambdas)
+    args = SimpleNamespace(lr_scheduler_type=SchedulerType.INVERSE_SQRT, get_warmup_steps=lambda _: 10)
+    TrainingProgressCallback(max_train_minutes=1).on_train_begin(
+        args, TrainerState(max_steps=1000), TrainerControl(), lr_scheduler=scheduler
+    )
+    assert scheduler.lr_lambdas == lambdas  # it does not depend on the number of steps
