@@ -62,7 +62,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--output_root", default="outputs/recipe-sweep")
     parser.add_argument("--ema", type=float, nargs="*", default=[0.99, 0.995, 0.998, 0.999])
     parser.add_argument("--lawa", nargs="*", default=["5x23", "5x46", "10x23"], help="k snapshots w steps apart: kxw")
+    parser.add_argument("--score", help="instead: score this saved model on the validation split (the engine, beam 4)")
     args = parser.parse_args(own)
+    if args.score:
+        return score_saved(args.score, args.name, Path(args.output_root))
     windows = [tuple(int(n) for n in spec.split("x")) for spec in args.lawa]
     trackers = Trackers(args.ema, windows)
     trainers = []
@@ -112,6 +115,28 @@ def main(argv: list[str] | None = None) -> int:
         "validation": scores,
     }
     Path(args.output_root, f"{args.name}.json").write_text(json.dumps(record, indent=1) + "\n")
+    return 0
+
+
+def score_saved(model: str, name: str, output_root: Path) -> int:
+    """A saved model's BLEU and chrF on the whole validation split, translated by the engine with the model's own
+    generation settings (beam 4, length penalty 0.6): a candidate trained before this script, such as the old recipe's
+    demo."""
+    from hf_vanilla_transformer.data.corpus import load_parallel_corpus
+    from hf_vanilla_transformer.training.metrics import corpus_scores
+    from hf_vanilla_transformer.translate.translator import load_translator
+
+    validation = load_parallel_corpus("de", "en")["validation"]
+    sources = [row["translation"]["de"] for row in validation]
+    references = [row["translation"]["en"] for row in validation]
+    translations = load_translator(model).translate(sources, scores=False)
+    hypotheses = [line.hypotheses[0].text for line in translations]
+    found = corpus_scores(hypotheses, references)
+    scores = {"bleu": round(found["bleu"], 2), "chrf": round(found["chrf"], 2)}
+    print(f"{name} (saved, engine): validation BLEU {scores['bleu']:.2f} chrF {scores['chrf']:.2f}")
+    record = {"name": name, "model": model, "cpu": cpu_model(), "validation_pairs": len(sources), "engine": scores}
+    output_root.mkdir(parents=True, exist_ok=True)
+    Path(output_root, f"{name}-saved.json").write_text(json.dumps(record, indent=1) + "\n")
     return 0
 
 

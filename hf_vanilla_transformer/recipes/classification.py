@@ -18,7 +18,7 @@ import numpy as np
 import torch
 import transformers
 from datasets import DatasetDict
-from transformers import DataCollatorWithPadding, Trainer, TrainingArguments, pipeline, set_seed
+from transformers import DataCollatorWithPadding, TrainingArguments, pipeline, set_seed
 
 from ..data.corpus import BUNDLED_ATTRIBUTION, BUNDLED_NAME, load_parallel_corpus
 from ..data.folders import check_output_dir
@@ -28,6 +28,7 @@ from ..model.modeling_vanilla_transformer import VanillaTransformerForSequenceCl
 from ..training.checkpoints import FileModesCallback, save_model
 from ..training.progress import TrainingProgressCallback
 from ..training.report import run_report, write_run_report
+from ..training.schedule import RecipeTrainer
 from .common import DEMO_TRAINING, SINGLE_STACK_OPTIONS, parse_recipe_arguments, run_recipe, single_stack_config
 
 
@@ -153,7 +154,7 @@ def train(argv: list[str] | None, prog: str, stop) -> int:
     )
     model = VanillaTransformerForSequenceClassification(config)
     data = tokenize_for_classification(sentences, tokenizer)
-    trainer = Trainer(
+    trainer = RecipeTrainer(
         model=model,
         args=training_args,
         train_dataset=data["train"],  # Trainer drops the columns the model does not take (text, language)

@@ -23,7 +23,6 @@ from transformers import (
     DataCollatorForSeq2Seq,
     GenerationConfig,
     PreTrainedTokenizerFast,
-    Trainer,
     TrainingArguments,
     set_seed,
 )
@@ -36,6 +35,7 @@ from ..model.modeling_vanilla_transformer import VanillaTransformerForCausalLM
 from ..training.checkpoints import FileModesCallback, save_model
 from ..training.progress import TrainingProgressCallback
 from ..training.report import run_report, write_run_report
+from ..training.schedule import RecipeTrainer
 from .common import DEMO_TRAINING, SINGLE_STACK_OPTIONS, parse_recipe_arguments, run_recipe, single_stack_config
 
 
@@ -178,7 +178,7 @@ def train(argv: list[str] | None, prog: str, stop) -> int:
         config, args.temperature, args.top_k, args.top_p, max_new_tokens=args.max_new_tokens
     )
     data = {split: tokenize_texts(texts, tokenizer, args.max_length) for split, texts in corpus.items()}
-    trainer = Trainer(
+    trainer = RecipeTrainer(
         model=model,
         args=training_args,
         train_dataset=data["train"],

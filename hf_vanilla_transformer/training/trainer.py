@@ -26,6 +26,7 @@ from .batching import (
 from .checkpoints import FileModesCallback
 from .loss import chunked_token_cross_entropy
 from .progress import TrainingProgressCallback
+from .schedule import CooldownSchedule
 
 
 logger = logging.get_logger(__name__)
@@ -69,7 +70,7 @@ class _TokenBatchEpochs(TrainerCallback):
         self.sampler.set_epoch(state.global_step // self.updates_per_epoch)
 
 
-class TranslationTrainer(Seq2SeqTrainer):
+class TranslationTrainer(CooldownSchedule, Seq2SeqTrainer):
     """`Seq2SeqTrainer` for translation: exact distributed evaluation, reproducible batches, a tokenizer check,
     the paper's length limit, and a real progress display.
 

@@ -1,5 +1,5 @@
 """Weight averaging while training (`WeightAveragingCallback`, `--ema_decay`): the average's arithmetic, the model that
-is saved and scored, checkpoints that resume to the same average, and the time budget's schedule."""
+is saved and scored, checkpoints that resume to the same average."""
 
 import json
 
@@ -95,54 +95,3 @@ def test_resuming_from_a_checkpoint_without_its_average_is_refused_naming_the_fi
 def test_averaging_checkpoints_and_the_moving_average_are_one_choice(tmp_path):
     with pytest.raises(InputError, match="--ema_decay 0.9 and --average_last 3: choose one"):
         run_training("--output_dir", tmp_path / "run", "--ema_decay", 0.9, "--average_last", 3)
-
-
-@pytest.mark.parametrize("speed_change", [0.5, 1.0, 2.0], ids=["slower", "as-planned", "faster"])
-def test_under_a_time_budget_the_schedule_reaches_its_end_when_the_time_runs_out(monkeypatch, speed_change):
-    """A linear schedule planned for the epochs' 1,000 steps, in a budget that holds far fewer: re-planned from the
-    measured speed, it warms up as set and anneals to 0 at the step where the time runs out, whatever the speed."""
-    from types import SimpleNamespace
-
-    from transformers import SchedulerType, TrainerControl, TrainerState, get_scheduler
-
-    from hf_vanilla_transformer.training import progress
-
-    clock = [0.0]
-    monkeypatch.setattr(progress.time, "monotonic", lambda: clock[0])
-    optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
-    scheduler = get_scheduler("linear", optimizer, num_warmup_steps=10, num_training_steps=1000)
-    args = SimpleNamespace(
-        lr_scheduler_type=SchedulerType.LINEAR, device=torch.device("cpu"), get_warmup_steps=lambda _: 10
-    )
-    state, control = TrainerState(global_step=0, max_steps=1000), TrainerControl()
-    callback = progress.TrainingProgressCallback(max_train_minutes=1)  # 60 s: 200 steps at 0.3 s, before any change
-    callback.on_train_begin(args, state, control, lr_scheduler=scheduler)
-    rates = []
-    while not control.should_training_stop:
-        optimizer.step()
-        scheduler.step()
-        rates.append(scheduler.get_last_lr()[0])
-        state.global_step += 1
-        clock[0] += 0.3 if state.global_step <= 100 else 0.3 / speed_change  # the speed changes halfway
-        callback.on_step_end(args, state, control)
-    assert rates[9] == pytest.approx(1.0)  # the warm-up is the one set: 10 steps
-    assert rates[-1] < 0.02 * max(rates)  # annealed by the last step
-    assert all(later <= earlier + 1e-3 for earlier, later in zip(rates[10:], rates[11:]))
-    assert state.global_step < 1000
-
-
-def test_under_a_time_budget_the_papers_schedule_is_left_as_it_is():
-    from types import SimpleNamespace
-
-    from transformers import SchedulerType, TrainerControl, TrainerState, get_scheduler
-
-    from hf_vanilla_transformer.training.progress import TrainingProgressCallback
-
-    optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
-    scheduler = get_scheduler("inverse_sqrt", optimizer, num_warmup_steps=10)
-    lambdas = list(scheduler.lr_lambdas)
-    args = SimpleNamespace(lr_scheduler_type=SchedulerType.INVERSE_SQRT, get_warmup_steps=lambda _: 10)
-    TrainingProgressCallback(max_train_minutes=1).on_train_begin(
-        args, TrainerState(max_steps=1000), TrainerControl(), lr_scheduler=scheduler
-    )
-    assert scheduler.lr_lambdas == lambdas  # it does not depend on the number of steps
