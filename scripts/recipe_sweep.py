@@ -58,14 +58,18 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     own, recipe = (argv[: argv.index("--")], argv[argv.index("--") + 1 :]) if "--" in argv else (argv, [])
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--name", required=True)
+    parser.add_argument("--name")
     parser.add_argument("--output_root", default="outputs/recipe-sweep")
     parser.add_argument("--ema", type=float, nargs="*", default=[0.99, 0.995, 0.998, 0.999])
     parser.add_argument("--lawa", nargs="*", default=["5x23", "5x46", "10x23"], help="k snapshots w steps apart: kxw")
     parser.add_argument("--score", help="instead: score this saved model on the validation split (the engine, beam 4)")
+    parser.add_argument("--plot", nargs="+", metavar=("PNG", "JSON"), help="instead: draw the candidates' curves")
     args = parser.parse_args(own)
     if args.score:
         return score_saved(args.score, args.name, Path(args.output_root))
+    if args.plot:
+        plot_curves(args.plot[0], args.plot[1:])
+        return 0
     windows = [tuple(int(n) for n in spec.split("x")) for spec in args.lawa]
     trackers = Trackers(args.ema, windows)
     trainers = []
@@ -138,6 +142,54 @@ def score_saved(model: str, name: str, output_root: Path) -> int:
     output_root.mkdir(parents=True, exist_ok=True)
     Path(output_root, f"{name}-saved.json").write_text(json.dumps(record, indent=1) + "\n")
     return 0
+
+
+def plot_curves(path: str, records: list[str]) -> None:
+    """The candidates' validation BLEU against the step (left) and their learning rates (right), as a PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from transformers import HfArgumentParser, Seq2SeqTrainingArguments, get_scheduler
+
+    from hf_vanilla_transformer.recipes.translation import DEMO_DEFAULTS
+    from hf_vanilla_transformer.training.schedule import COOLDOWN_FRACTION, COOLDOWN_SHAPE
+
+    fig, (curves, rates) = plt.subplots(1, 2, figsize=(12, 4))
+    for file in records:
+        record = json.loads(Path(file).read_text())
+        steps = sorted(map(int, record["curve"]))
+        curves.plot(steps, [record["curve"][str(step)] for step in steps], marker="o", label=record["name"])
+        options = ["--output_dir", "unused", *record["recipe_options"]]
+        defaults = {k: v for k, v in DEMO_DEFAULTS.items() if k != "output_dir"}
+        parser = HfArgumentParser(Seq2SeqTrainingArguments)
+        parser.set_defaults(**defaults)
+        args = parser.parse_args_into_dataclasses(options, return_remaining_strings=True)[0]
+        optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=args.learning_rate)
+        kwargs = dict(args.lr_scheduler_kwargs or {})
+        if args.lr_scheduler_type == "warmup_stable_decay":
+            kwargs = {
+                "num_decay_steps": round(COOLDOWN_FRACTION * args.max_steps),
+                "decay_type": COOLDOWN_SHAPE,
+                **kwargs,
+            }
+        scheduler = get_scheduler(
+            args.lr_scheduler_type, optimizer, args.warmup_steps, args.max_steps, scheduler_specific_kwargs=kwargs
+        )
+        lrs = []
+        for _ in range(args.max_steps):
+            lrs.append(scheduler.get_last_lr()[0])
+            optimizer.step()
+            scheduler.step()
+        rates.plot(range(1, args.max_steps + 1), lrs, label=record["name"])
+    curves.set(title=f"validation BLEU ({record['validation_pairs']} pairs, beam 4)", xlabel="step")
+    rates.set(title="learning rate", xlabel="step")
+    for ax in (curves, rates):
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
 
 
 if __name__ == "__main__":

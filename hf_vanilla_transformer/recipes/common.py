@@ -28,8 +28,8 @@ PAPER_OPTIMIZER = dict(
 # the learning rate at a third of its peak at the end. The recipes' own anneals to 0 by the last step, whatever ends
 # the run: warm-up, a stable phase, and a cool-down of 1 - sqrt shape over the last fifth of the steps
 # (`training/schedule.py`; Hägele et al. 2024), chosen on the translation demo's validation split
-# (docs/results/2026-12-02-recipe.md).
-BUDGET_SCHEDULE = dict(lr_scheduler_type="warmup_stable_decay", lr_scheduler_kwargs={"decay_type": "1-sqrt"})
+# (docs/results/2026-12-02-xeon-recipe.md).
+BUDGET_SCHEDULE = dict(lr_scheduler_type="warmup_stable_decay")
 # Every head's demo: the paper's optimizer on the bundled corpus, a fixed number of steps (the same model on every
 # machine), logged and evaluated as it goes. Each head adds its own learning rate, batch and step count.
 DEMO_TRAINING = dict(

@@ -4,21 +4,24 @@
 from transformers import Trainer
 
 
-# The share of the steps the cool-down takes where `--lr_scheduler_kwargs` does not give `num_decay_steps`: chosen on
-# the translation demo's validation split (docs/results/2026-12-02-recipe.md).
+# The cool-down where `--lr_scheduler_kwargs` does not say otherwise: its share of the steps and its shape, chosen on
+# the translation demo's validation split (docs/results/2026-12-02-xeon-recipe.md).
 COOLDOWN_FRACTION = 0.2
+COOLDOWN_SHAPE = "1-sqrt"
 
 
 class CooldownSchedule:
-    """A `Trainer` mixin: `warmup_stable_decay` without `num_decay_steps` cools down over the last `COOLDOWN_FRACTION`
-    of the steps, known only when training starts (`--max_steps`, or the epochs' steps)."""
+    """A `Trainer` mixin: `warmup_stable_decay` cools down over the last `COOLDOWN_FRACTION` of the steps, which are
+    known only when training starts (`--max_steps`, or the epochs' steps), in the `COOLDOWN_SHAPE`, unless
+    `lr_scheduler_kwargs` gives `num_decay_steps` or `decay_type`."""
 
     def create_scheduler(self, num_training_steps: int, optimizer=None):
-        kwargs = self.args.lr_scheduler_kwargs or {}
         scheduler = getattr(self.args.lr_scheduler_type, "value", self.args.lr_scheduler_type)
-        if scheduler == "warmup_stable_decay" and "num_decay_steps" not in kwargs:
-            cooldown = max(1, round(COOLDOWN_FRACTION * num_training_steps))
-            self.args.lr_scheduler_kwargs = {**kwargs, "num_decay_steps": cooldown}
+        if scheduler == "warmup_stable_decay":
+            cooldown = dict(
+                num_decay_steps=max(1, round(COOLDOWN_FRACTION * num_training_steps)), decay_type=COOLDOWN_SHAPE
+            )
+            self.args.lr_scheduler_kwargs = {**cooldown, **(self.args.lr_scheduler_kwargs or {})}
         return super().create_scheduler(num_training_steps, optimizer)
 
 

@@ -88,3 +88,14 @@ def test_under_a_time_budget_the_papers_schedule_is_left_as_it_is():
         args, TrainerState(max_steps=1000), TrainerControl(), lr_scheduler=scheduler
     )
     assert scheduler.lr_lambdas == lambdas  # it does not depend on the number of steps
+
+
+@pytest.mark.parametrize("schedule", ["linear", "inverse_sqrt", "cosine"])
+def test_another_schedule_takes_none_of_the_cooldowns_settings(tmp_path, schedule):
+    train = write_jsonl(tmp_path / "train.jsonl", PAIRS)
+    run_training(
+        *("--output_dir", tmp_path / "run", "--train_file", train, *TINY_MODEL, "--max_steps", 3),
+        *("--eval_strategy", "no", "--save_strategy", "no", "--lr_scheduler_type", schedule),
+    )
+    report = json.loads((tmp_path / "run" / "metrics.json").read_text())["training"]
+    assert (report["lr_scheduler"], report["lr_scheduler_kwargs"]) == (schedule, {})
