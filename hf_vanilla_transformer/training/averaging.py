@@ -109,6 +109,10 @@ class WeightAveragingCallback(TrainerCallback):
         if control.should_evaluate:
             self._swap_in()
 
+    def on_epoch_end(self, args, state, control, **kwargs):
+        if control.should_evaluate:  # an evaluation at the end of the epoch (--eval_strategy epoch)
+            self._swap_in()
+
     def on_evaluate(self, args, state, control, **kwargs):
         self._swap_out()
 

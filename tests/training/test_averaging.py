@@ -69,17 +69,28 @@ def test_the_saved_model_is_the_average_it_was_scored_as_and_a_resumed_run_ends_
     assert all(torch.equal(average[name], full[name]) for name in average)
     assert any(not torch.equal(trained[name], full[name]) for name in average)
     report = json.loads((tmp_path / "full" / "metrics.json").read_text())["training"]
-    assert report["ema_decay"] == 0.8 and report["lr_scheduler"] == "linear"
+    assert report["ema_decay"] == 0.8 and report["lr_scheduler"] == "warmup_stable_decay"
 
-    # the last evaluation scored the saved weights: their loss on the validation pairs, in one batch
-    history = json.loads((tmp_path / "full" / "trainer_state.json").read_text())["log_history"]
-    logged = next(entry["eval_loss"] for entry in history if entry.get("step") == 10 and "eval_loss" in entry)
-    tokenizer = AutoTokenizer.from_pretrained(tmp_path / "full")
-    model = AutoModelForSeq2SeqLM.from_pretrained(tmp_path / "full").eval()
+    assert_last_evaluation_scored_the_saved_model(tmp_path / "full", step=10)
+
+
+def assert_last_evaluation_scored_the_saved_model(run_dir, step: int):
+    """The evaluation at `step` has the loss of the saved model on the validation pairs (`PAIRS`, in one batch)."""
+    history = json.loads((run_dir / "trainer_state.json").read_text())["log_history"]
+    logged = next(entry["eval_loss"] for entry in history if entry.get("step") == step and "eval_loss" in entry)
+    tokenizer = AutoTokenizer.from_pretrained(run_dir)
+    model = AutoModelForSeq2SeqLM.from_pretrained(run_dir).eval()
     batch = tokenizer([de for de, _ in PAIRS], text_target=[en for _, en in PAIRS], return_tensors="pt", padding=True)
     batch["labels"][batch["labels"] == tokenizer.pad_token_id] = -100
     with torch.no_grad():
         assert model(**batch).loss.item() == pytest.approx(logged, rel=1e-5)
+
+
+def test_an_evaluation_at_the_end_of_an_epoch_scores_the_average_too(tmp_path):
+    evaluation = write_jsonl(tmp_path / "eval.jsonl", PAIRS)
+    common = _common(tmp_path, evaluation)  # 48 pairs in batches of 8: 6 steps an epoch
+    run_training("--output_dir", tmp_path / "run", *common, "--num_train_epochs", 2, "--eval_strategy", "epoch")
+    assert_last_evaluation_scored_the_saved_model(tmp_path / "run", step=12)
 
 
 def test_resuming_from_a_checkpoint_without_its_average_is_refused_naming_the_file(tmp_path):
