@@ -78,9 +78,6 @@ EXAMPLES = [
     "Das Wetter ist heute sehr schön.",
 ]
 
-# The decay of the weights' moving average (about the last 500 updates), chosen on the demo's validation split.
-EMA_DECAY = 0.998
-
 
 @dataclass
 class ModelArguments:
@@ -209,19 +206,21 @@ class RecipeArguments:
         },
     )
     ema_decay: float = field(
-        default=EMA_DECAY,
+        default=0.0,
         metadata={
             "help": "Keep an exponential moving average of the weights with this decay after every update, evaluate "
-            "it and save it as the model (Marian's --exponential-smoothing; 0: off, the last step's weights). "
-            "Checkpoints keep it beside the trained weights, so a resumed run ends as an uninterrupted one."
+            "it and save it as the model (Marian's --exponential-smoothing, fairseq's --ema-decay; 0: off, the last "
+            "step's weights). Checkpoints keep it beside the trained weights, so a resumed run ends as an "
+            "uninterrupted one. Off by default: after the cool-down, no decay scored above the last step's weights "
+            "on the demo's validation split (docs/training.md)."
         },
     )
     average_last: int = field(
         default=0,
         metadata={
             "help": "Make the final model the mean of the last N checkpoints (paper, section 6.1), --save_steps "
-            "apart, the newest the last step's (0 or 1: the last step's weights). Turns --ema_decay off unless "
-            "given. --paper_preset: 5 (base) or 20 (big)."
+            "apart, the newest the last step's (0 or 1: the last step's weights). --paper_preset: 5 (base) or 20 "
+            "(big)."
         },
     )
     max_train_minutes: float = field(
@@ -282,7 +281,7 @@ PAPER_AVERAGE_LAST = {"base": 5, "big": 20}
 
 def paper_schedule(preset: str) -> dict:
     last = PAPER_AVERAGE_LAST[preset]
-    return dict(lr_scheduler_type="inverse_sqrt", ema_decay=0.0, average_last=last, save_total_limit=max(5, last))
+    return dict(lr_scheduler_type="inverse_sqrt", average_last=last, save_total_limit=max(5, last))
 
 
 # The paper's batches (section 5.1): about 25,000 target tokens per update, in token batches of at most 4,096 tokens
@@ -304,7 +303,7 @@ def given_options(argv: list[str] | None) -> dict[str, list[str]]:
     """The options `argv` names, of those that change the recipe's defaults, with their values."""
     parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
     options = ("train_file", "validation_file", "test_file", "dataset_name", "output_dir", "paper_preset")
-    for option in (*options, "tokens_per_update", "max_eval_samples", "max_test_samples", "average_last", "ema_decay"):
+    for option in (*options, "tokens_per_update", "max_eval_samples", "max_test_samples"):
         parser.add_argument(f"--{option}", nargs="*")
     known, _ = parser.parse_known_args(argv or [])
     return {option: value for option, value in vars(known).items() if value is not None}
@@ -325,7 +324,6 @@ def parse_args(argv: list[str] | None = None, prog: str = "hf-vanilla-transforme
         translate=None if own_corpus else list(EXAMPLES),
         **((GPU_PAPER_BATCHES if torch.cuda.is_available() else PAPER_BATCHES) if "paper_preset" in given else {}),
         **(paper_schedule(preset) if preset in PAPER_AVERAGE_LAST else {}),
-        **({"ema_decay": 0.0} if "average_last" in given else {}),
     )
     dataclasses = (ModelArguments, DataArguments, RecipeArguments, Seq2SeqTrainingArguments)
     parsed = parse_recipe_arguments(dataclasses, defaults, argv, prog, DESCRIPTION)
@@ -349,11 +347,12 @@ def parse_args(argv: list[str] | None = None, prog: str = "hf-vanilla-transforme
 
 
 DESCRIPTION = __doc__.split("\n\n")[0] + (
-    " The learning rate warms up over --warmup_steps, then decays linearly to 0 at the last step, whichever option "
-    "ends the run (--max_steps, --num_train_epochs, --max_train_minutes), and the model saved is an exponential "
-    "moving average of the weights (--ema_decay): on a budget of steps, the best of the candidates measured on the "
-    "demo's validation split (docs/training.md). --paper_preset keeps the paper's schedule, inverse square root for "
-    "its 100,000 steps, and averages the last 5 (base) or 20 (big) checkpoints (section 6.1)."
+    " The learning rate warms up over --warmup_steps, holds, then cools down to 0 at the last step over the last "
+    "fifth of the steps (warmup_stable_decay, 1 - sqrt), whichever option ends the run (--max_steps, "
+    "--num_train_epochs, --max_train_minutes): on a budget of steps the best of the schedules measured on the demo's "
+    "validation split, where the paper's inverse square root never anneals (docs/training.md). --paper_preset keeps "
+    "the paper's schedule, made for its 100,000 steps, and averages the last 5 (base) or 20 (big) checkpoints "
+    "(section 6.1)."
 )
 
 

@@ -20,12 +20,9 @@ from accelerate.utils import DistributedType
 from safetensors import safe_open
 from safetensors.torch import load_file, save
 from transformers import TrainerCallback
-from transformers.utils import logging
 
 from ..errors import InputError
 
-
-logger = logging.get_logger(__name__)
 
 AVERAGE_FILE = "weight_average.safetensors"
 
@@ -100,7 +97,8 @@ class WeightAveragingCallback(TrainerCallback):
             if not path.is_file():
                 raise InputError(
                     f"{path} is missing: resuming at step {state.global_step} with weight averaging needs the "
-                    "average that this checkpoint was saved with."
+                    "average that this checkpoint was saved with (a run saved without one continues with "
+                    "--ema_decay 0)."
                 )
             self.average.load(path)
 

@@ -48,7 +48,7 @@ def test_the_paper_preset_keeps_the_papers_schedule_and_averaging():
         assert training.lr_scheduler_type == SchedulerType.INVERSE_SQRT
         assert (recipe.average_last, recipe.ema_decay) == (last, 0) and training.save_total_limit >= last
     _, _, recipe, training = parse_args([])  # the demo
-    assert training.lr_scheduler_type == SchedulerType.WARMUP_STABLE_DECAY and recipe.ema_decay > 0
+    assert training.lr_scheduler_type == SchedulerType.WARMUP_STABLE_DECAY and recipe.ema_decay == 0
 
 
 @pytest.mark.parametrize("speed_change", [0.5, 1.0, 2.0], ids=["slower", "as-planned", "faster"])
