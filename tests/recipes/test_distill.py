@@ -19,6 +19,7 @@ from transformers import AutoModelForSeq2SeqLM
 
 from hf_vanilla_transformer import VanillaTransformerForConditionalGeneration, cli
 from hf_vanilla_transformer.data.tokenizer import train_shared_bpe_tokenizer
+from hf_vanilla_transformer.recipes.distill import teacher_length
 from hf_vanilla_transformer.recipes.distill_student import StudentSizes, build_student, layers_to_copy, student_config
 from tests.helpers import ROOT, free_port, short_pairs, tiny_config, tiny_translator_dir, write_jsonl
 
@@ -395,6 +396,15 @@ def test_copy_init_starts_from_the_teachers_embeddings_and_evenly_chosen_layers(
             assert torch.equal(tensor, teacher.model.decoder.layers[teachers].state_dict()[name]), name
     random, copied = build_student(config)
     assert copied == {} and not torch.equal(random.model.shared.weight, teacher.model.shared.weight)
+
+
+def test_without_a_length_the_student_trains_as_many_steps_as_its_teacher(tmp_path):
+    (tmp_path / "metrics.json").write_text(json.dumps({"training": {"steps": 2300, "epochs": 5.2}}))
+    assert teacher_length(tmp_path, ["--learning_rate", "1e-3"]) == ["--max_steps", "2300"]
+    for length in (["--max_steps", "10"], ["--num_train_epochs=2"], ["--max_train_minutes", "5"]):
+        assert teacher_length(tmp_path, length) == []
+    (tmp_path / "metrics.json").unlink()  # a teacher without its run report: the recipe's own default
+    assert teacher_length(tmp_path, []) == []
 
 
 def test_the_hypothesis_closest_to_the_reference_is_kept_and_each_filter_counts_its_pairs(tmp_path):
