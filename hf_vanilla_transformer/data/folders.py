@@ -15,6 +15,7 @@ from huggingface_hub.utils import validate_repo_id
 from safetensors import SafetensorError
 
 from ..errors import InputError, one_line
+from .model_json import check_json_files
 from .saved_code import warn_if_outdated
 
 
@@ -25,14 +26,6 @@ TRAINER_STATE_FILES = ("trainer_state.json",)
 # The files a tokenizer loads from: a fast tokenizer's tokenizer.json, or the vocabularies of slow ones (OPUS-MT's
 # sentencepiece models, BPE merges, WordPiece vocabularies), which transformers converts.
 TOKENIZER_FILE_PATTERNS = ("tokenizer.json", "*.spm", "*.model", "vocab.json", "vocab.txt", "merges.txt")
-# The JSON files transformers reads when it loads a model and its tokenizer.
-MODEL_JSON_FILES = (
-    "config.json",
-    "generation_config.json",
-    "tokenizer.json",
-    "tokenizer_config.json",
-    "special_tokens_map.json",
-)
 HUB_LOOKUP_SECONDS = 10
 
 
@@ -71,21 +64,6 @@ def resolve_model(name: str | Path, option: str = "--model") -> str:
         raise InputError(f"{option} {name}: no such model folder.")
     check_hub_model(name, option)
     return name
-
-
-def check_json_files(folder: Path, option: str | None = "--model") -> None:
-    """Refuse, naming the file, a model folder whose JSON files (`MODEL_JSON_FILES`) do not parse: transformers would
-    fail with a bare `JSONDecodeError` that names no file. The message begins with `option` where the folder was
-    given by one."""
-    named = f"{option} {folder}" if option else str(folder)
-    for path in (folder / name for name in MODEL_JSON_FILES if (folder / name).is_file()):
-        try:
-            json.loads(path.read_text(encoding="utf-8"))
-        except (ValueError, UnicodeDecodeError) as error:
-            raise InputError(
-                f"{named}: {path.name} is not valid JSON ({error}): the file is cut short or damaged; copy "
-                "or save the model again."
-            ) from None
 
 
 def check_hub_model(name: str, option: str = "--model") -> None:
@@ -356,7 +334,6 @@ __all__ = [
     "apply_umask",
     "cache_root",
     "check_hub_model",
-    "check_json_files",
     "check_model_type",
     "check_output_dir",
     "check_output_file",

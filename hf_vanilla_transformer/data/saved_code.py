@@ -16,6 +16,7 @@ from transformers.utils import logging
 
 from .. import model as model_room
 from ..errors import CommandParser, InputError
+from .model_json import check_json_files
 
 
 logger = logging.get_logger(__name__)
@@ -69,8 +70,6 @@ def upgrade_folder(folder: str | Path) -> list[str]:
     config_path = folder / "config.json"
     if not config_path.is_file():
         raise InputError(f"{folder}: not a saved model folder (no config.json).")
-    from .folders import check_json_files  # folders imports this module
-
     check_json_files(folder, option=None)
     config = json.loads(config_path.read_text(encoding="utf-8"))
     if config.get("model_type") != model_room.VanillaTransformerConfig.model_type:

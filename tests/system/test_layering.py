@@ -1,8 +1,10 @@
-"""The package's layout is its architecture: rooms by role, lower rooms never import higher ones, the model's files
+"""The package's layout is its architecture: rooms by role, lower rooms never import higher ones, no modules import
+each other in a circle (inside a room either, by imports at the top or inside functions), the model's files
 import only the standard library, torch, transformers (with huggingface_hub and safetensors, which it requires) and
 each other (they ship as remote code), and no module reaches into another module's private names."""
 
 import ast
+import graphlib
 from pathlib import Path
 
 import pytest
@@ -66,6 +68,27 @@ def test_no_module_imports_a_higher_room_or_a_private_name(path):
         private = [name for name in names if name.startswith("_") and not name.startswith("__")]
         if target != room_of(path) or parts[-1] != path.stem:
             assert not private, f"{path.name} imports the private {private} of {module}"
+
+
+def module_name(path: Path) -> str:
+    parts = ["hf_vanilla_transformer", *path.relative_to(PACKAGE).with_suffix("").parts]
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def test_no_modules_import_each_other_in_a_circle():
+    names = {module_name(path): path for path in MODULES}
+    graph = {}
+    for name, path in names.items():
+        graph[name] = set()
+        for module, imported in imported_modules(path):
+            # `from package import module` imports the module; `from module import name`, the module itself
+            found = [target for target in (*(f"{module}.{each}" for each in imported), module) if target in names]
+            graph[name].update(found[:1])
+        graph[name].discard(name)
+    try:
+        graphlib.TopologicalSorter(graph).prepare()
+    except graphlib.CycleError as error:
+        pytest.fail(f"modules importing each other in a circle: {' -> '.join(error.args[1])}")
 
 
 @pytest.mark.parametrize("name", sorted(MODEL_CODE_FILES))
