@@ -26,7 +26,7 @@ COMMANDS = {
         "main",
         "translate a corpus (Parquet, JSON Lines, text) on Ray Data, resumable, locally or on a cluster",
     ),
-    "distill": ("recipes.distill", "main", "distill a translator into a small, fast student, and measure both"),
+    "distill": ("distill.pipeline", "main", "distill a translator into a small, fast student, and measure both"),
     "vocabulary-map": (
         "data.vocabulary_map",
         "main",

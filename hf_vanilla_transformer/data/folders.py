@@ -245,6 +245,16 @@ def check_output_dir(
     return path
 
 
+def write_whole(path: str | Path, data: str | bytes) -> Path:
+    """Write the file `path` whole or not at all: into a temporary file beside it, renamed over it, so that a kill
+    leaves the earlier file (or none), never half of one. Text is written as UTF-8."""
+    path = Path(path)
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    temporary.write_bytes(data.encode("utf-8") if isinstance(data, str) else data)
+    os.replace(temporary, path)
+    return path
+
+
 @contextlib.contextmanager
 def writes_folder(path: str | Path, overwrite: bool = False, option: str = "--output_dir") -> Iterator[Path]:
     """Write the folder `path` completely or not at all: the block writes into a new hidden folder beside it, which
@@ -346,5 +356,6 @@ __all__ = [
     "load_translation_model",
     "model_files",
     "resolve_model",
+    "write_whole",
     "writes_folder",
 ]

@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import CommandParser, InputError, check_minimums
+from .folders import write_whole
 
 
 VMAP_NAME = "vmap.txt"  # the file's name in a model folder, as CTranslate2 reads it
@@ -128,9 +129,7 @@ def write_vocabulary_map(path: Path, pairs: list[tuple[str, str]], tokenizer, be
     for source in np.unique(source_ids):
         best_ids = target_ids[order[starts[source] : starts[source + 1]]][:best]
         lines.append(f"{tokens[source]}\t{' '.join(tokens[i] for i in best_ids)}")
-    temporary = path.with_name(f".{path.name}.tmp")
-    temporary.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    temporary.replace(path)
+    write_whole(path, "\n".join(lines) + "\n")
     return dict(source_tokens=len(lines) - 1, best=best, frequent=len(common), pairs=len(pairs))
 
 

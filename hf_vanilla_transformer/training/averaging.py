@@ -11,7 +11,6 @@ any `Trainer` or `Seq2SeqTrainer` user can add (Marian's `--exponential-smoothin
   DeepSpeed) are refused.
 """
 
-import os
 from pathlib import Path
 
 import torch
@@ -21,6 +20,7 @@ from safetensors import safe_open
 from safetensors.torch import load_file, save
 from transformers import TrainerCallback
 
+from ..data.folders import write_whole
 from ..errors import InputError
 
 
@@ -50,12 +50,9 @@ class ExponentialAverage:
         self.updates += 1
 
     def save(self, path: Path) -> None:
-        """Write the average whole (a temporary file, then a rename): a checkpoint has it or not, never half."""
+        """Write the average whole: a checkpoint has it or not, never half."""
         metadata = {"updates": str(self.updates), "decay": str(self.decay)}
-        data = save(dict(zip(self.names, self.weights)), metadata=metadata)
-        temporary = path.with_name(f".{path.name}.tmp")
-        temporary.write_bytes(data)
-        os.replace(temporary, path)
+        write_whole(path, save(dict(zip(self.names, self.weights)), metadata=metadata))
 
     def load(self, path: Path) -> None:
         tensors = load_file(path)

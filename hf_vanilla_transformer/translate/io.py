@@ -9,6 +9,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..data.folders import write_whole
 from ..errors import InputError
 
 
@@ -207,9 +208,7 @@ def resume_point(output: Path, state_path: Path, settings: dict, resume: bool) -
 
 def save_state(path: Path, lines: int, size: int, settings: dict) -> None:
     """Record that `lines` input lines are done and written in the first `size` bytes of the output."""
-    temporary = path.with_name(path.name + ".tmp")
-    temporary.write_text(json.dumps({"lines": lines, "bytes": size, "settings": settings}))
-    os.replace(temporary, path)  # atomic: the state is the old one or the new one, never half-written
+    write_whole(path, json.dumps({"lines": lines, "bytes": size, "settings": settings}))
 
 
 # Record keys that are not their option's name.

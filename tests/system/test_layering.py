@@ -17,7 +17,8 @@ PACKAGE = Path(__file__).resolve().parents[2] / "hf_vanilla_transformer"
 # `cuda` (torch's settings for a process on a GPU, which commands and Ray workers start with) are at the bottom; the
 # command-line entry point at the top.
 LAYERS = [
-    "errors", "cuda", "model", "data", "training", "interop", "translate", "hub", "recipes", "demo", "serve", "cli"
+    "errors", "cuda", "model", "data", "training", "interop", "translate", "hub", "recipes", "distill", "demo", "serve",
+    "cli",
 ]  # fmt: skip
 TOP_LEVEL = {"__init__.py", "__main__.py", "cli.py", "errors.py", "cuda.py"}
 
@@ -49,7 +50,7 @@ MODULES = sorted(PACKAGE.rglob("*.py"))
 def test_the_package_top_holds_only_the_public_api_the_entry_point_the_error_type_and_the_gpu_settings():
     assert {path.name for path in PACKAGE.glob("*.py")} == TOP_LEVEL
     rooms = {path.name for path in PACKAGE.iterdir() if path.is_dir() and path.name != "__pycache__"}
-    assert rooms == {"model", "data", "training", "recipes", "translate", "interop", "hub", "demo", "serve"}
+    assert rooms == {"model", "data", "training", "recipes", "distill", "translate", "interop", "hub", "demo", "serve"}
 
 
 def test_the_model_room_is_the_remote_code_files():

@@ -612,6 +612,12 @@ def test_a_json_file_cut_short_is_named(capsys, copy_of, text_file, name):  # ro
     assert f"--model {copy_of}: {name} is not valid JSON" in error and "cut short or damaged" in error
 
 
+def test_a_json_file_that_is_not_an_object_is_named(capsys, copy_of, text_file):
+    (copy_of / "config.json").write_text("[1, 2]")
+    error = one_line_error(capsys, "translate", "--model", copy_of, text_file)
+    assert f"--model {copy_of}: config.json holds a JSON list, not an object of settings" in error
+
+
 def test_a_folder_without_its_tokenizer_says_what_is_missing(capsys, copy_of, text_file):  # row 37
     (copy_of / "tokenizer.json").unlink()
     error = one_line_error(capsys, "translate", "--model", copy_of, text_file)

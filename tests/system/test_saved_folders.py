@@ -307,3 +307,6 @@ def test_upgrade_folder_names_a_json_file_cut_short_in_one_line_and_writes_nothi
     assert line.startswith(f"hf-vanilla-transformer upgrade-folder: error: {folder}: {name} is not valid JSON (")
     assert line.endswith("the file is cut short or damaged; copy or save the model again.")
     assert {path.name: path.read_bytes() for path in folder.iterdir()} == before
+    (folder / name).write_text("[1, 2]")
+    assert cli.main(["upgrade-folder", str(folder)]) == 2
+    assert f"{folder}: {name} holds a JSON list, not an object of settings" in capsys.readouterr().err

@@ -15,7 +15,9 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 from datasets import Dataset, concatenate_datasets
+from sacrebleu.metrics import CHRF
 
 from ..data.cleaning import CleaningRules, clean_pairs
 from ..data.corpus import BUNDLED_CORPUS, SPLITS, default_num_proc, load_parallel_corpus
@@ -119,8 +121,6 @@ def select_best(batch: dict, source_lang: str, target_lang: str, tokenizer, leng
     """For each translated row: the pair (source, kept hypothesis), the teacher's log-probability per token of that
     hypothesis, and whether it was not the teacher's first. The engine's score is the summed log-probability over
     length ** length_penalty; the length is the hypothesis' tokens with its end token, as the tokenizer gives it."""
-    from sacrebleu.metrics import CHRF
-
     chrf = CHRF()
     references = batch.get("reference") or [None] * len(batch["text"])
     nbests = batch.get("nbest") or [None] * len(batch["text"])
@@ -149,8 +149,6 @@ def select_best(batch: dict, source_lang: str, target_lang: str, tokenizer, leng
 def selected_pairs(shards: list[Path], languages, tokenizer, length_penalty, cache_dir: Path) -> Dataset:
     """The kept pair of every row of the teacher's output shards (Parquet), in the shards' order: the parallel
     corpus's and the monolingual files' (their columns differ) each read as one dataset, into `cache_dir`."""
-    import pyarrow.parquet as pq
-
     groups = {}
     for shard in shards:
         groups.setdefault(tuple(sorted(pq.read_schema(shard).names)), []).append(str(shard))

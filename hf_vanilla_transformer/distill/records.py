@@ -5,13 +5,13 @@ values, settings that differ from those a step's result was made with.
 """
 
 import json
-import os
 import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..data.folders import write_whole
 from ..errors import InputError
 
 
@@ -64,10 +64,7 @@ class Steps:
     def write(self, name: str, record: dict) -> None:
         """Whole or not at all: a kill leaves the earlier record."""
         self.folder.mkdir(parents=True, exist_ok=True)
-        path = self.folder / f"{name}.json"
-        temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        temporary.write_text(json.dumps(record, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
-        os.replace(temporary, path)
+        write_whole(self.folder / f"{name}.json", json.dumps(record, indent=1, ensure_ascii=False) + "\n")
 
     def left(self, step: Step) -> list[Path]:
         return [self.output_dir / output for output in step.outputs if (self.output_dir / output).exists()]

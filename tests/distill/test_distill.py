@@ -19,8 +19,8 @@ from transformers import AutoModelForSeq2SeqLM
 
 from hf_vanilla_transformer import VanillaTransformerForConditionalGeneration, cli
 from hf_vanilla_transformer.data.tokenizer import train_shared_bpe_tokenizer
-from hf_vanilla_transformer.recipes.distill import teacher_length
-from hf_vanilla_transformer.recipes.distill_student import StudentSizes, build_student, layers_to_copy, student_config
+from hf_vanilla_transformer.distill.pipeline import teacher_length
+from hf_vanilla_transformer.distill.student import StudentSizes, build_student, layers_to_copy, student_config
 from tests.helpers import ROOT, free_port, short_pairs, tiny_config, tiny_translator_dir, write_jsonl
 
 
@@ -412,7 +412,7 @@ def test_the_hypothesis_closest_to_the_reference_is_kept_and_each_filter_counts_
     then empty sides, absurd length ratios, duplicates and the worst share by score per token go."""
     import pyarrow as pa
 
-    from hf_vanilla_transformer.recipes.distill_data import distill_pairs
+    from hf_vanilla_transformer.distill.corpus import distill_pairs
 
     def nbest(*entries):
         return [{"text": text, "score": score} for text, score in entries]

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from safetensors import safe_open
 
+from ..data.folders import write_whole
 from ..hub.model_card import make_model_card
 from ..interop.parity import format_table
 from ..training.metrics import corpus_scores
@@ -228,7 +229,4 @@ def write_model_card(student_dir: Path, report: dict, repo_id: str) -> None:
         f"beam 4, BLEU {mapped['bleu']:.2f} at {mapped['sentences_per_second'] / speed:.1f}x the teacher's "
         "sentences/s.\n"
     )
-    path = student_dir / "README.md"
-    temporary = path.with_name(".README.md.tmp")
-    temporary.write_text(card, encoding="utf-8")
-    temporary.replace(path)
+    write_whole(student_dir / "README.md", card)

@@ -3,7 +3,7 @@ to a small student shipped as CTranslate2 int8, with a report that measures one 
 
     hf-vanilla-transformer distill --teacher outputs/demo-de-en --output_dir outputs/distill
 
-Steps, each writing its result into --output_dir (records in steps/, see `distill_steps`):
+Steps, each writing its result into --output_dir (records in steps/, see `records`):
 
     corpus                    the corpus read and cleaned as the translation recipe does, written as JSON Lines
     teacher-translations      the teacher's n best of every training source (and --monolingual line), on Ray Data
@@ -22,17 +22,44 @@ corpus (--train_file, --dataset_name, --source_lang, ...; default: the bundled c
 """
 
 import dataclasses
+import json
 import logging
 import os
+import shutil
 import sys
 from pathlib import Path
 
-from ..data.folders import check_model_type, check_translation_folder, load_tokenizer, resolve_model, writes_folder
-from ..data.vocabulary_map import VMAP_NAME
+import torch
+from transformers import GenerationConfig, HfArgumentParser, set_seed
+
+from ..data.folders import (
+    check_model_type,
+    check_translation_folder,
+    load_tokenizer,
+    load_translation_model,
+    resolve_model,
+    write_whole,
+    writes_folder,
+)
+from ..data.vocabulary_map import VMAP_NAME, write_vocabulary_map
 from ..errors import CommandParser, InputError, check_minimums, import_extra
-from ..translate.options import DecodeOptions, EngineOptions, add_arguments
-from .distill_steps import Step, Steps, option_values
-from .distill_student import INITS, PRESETS, StudentSizes, parse_layers
+from ..interop.parity import misses, parity_table
+from ..model.configuration_vanilla_transformer import VanillaTransformerConfig
+from ..model.modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
+from ..recipes import translation
+from ..recipes.common import run_recipe
+from ..recipes.translation import DataArguments, parse_args
+from ..training.checkpoints import checkpoint_folders, last_complete_checkpoint, verify_checkpoint
+from ..training.report import read_run_report
+from ..translate.command import check_device
+from ..translate.corpus import DEFAULT_SHARD_ROWS, ray_module, translate_corpus
+from ..translate.corpus_command import start_ray
+from ..translate.options import DecodeOptions, EngineOptions, add_arguments, default_threads
+from ..translate.translator import output_settings
+from .corpus import SOURCES, corpus_inputs, distill_pairs, file_stamps, write_corpus
+from .records import Step, Steps, option_values
+from .report import distillation_gain, evaluate_models, format_report, gaps, write_model_card
+from .student import INITS, PRESETS, StudentSizes, build_student, check_copy, parse_layers, student_config
 
 
 # The translation options that are not the teacher's to take here: the recipe's own --seed, --max_tokens and
@@ -74,8 +101,6 @@ TRAINING_LENGTH = ("--max_steps", "--num_train_epochs", "--max_train_minutes")
 
 
 def build_parser(prog: str):
-    from ..translate.corpus import DEFAULT_SHARD_ROWS
-
     parser = CommandParser(
         prog=prog,
         description=__doc__.split("\n\n")[0],
@@ -124,10 +149,6 @@ def build_parser(prog: str):
 def parse(argv: list[str], prog: str):
     """distill's own options, the recipe's corpus options (its `DataArguments`), and the recipe options that go on to
     the training steps."""
-    from transformers import HfArgumentParser
-
-    from .translation import DataArguments
-
     args, recipe = build_parser(prog).parse_known_args(argv)
     minimums = dict(
         num_workers=1, shard_rows=1, report_threads=1, student_d_model=2, student_ffn_dim=1, student_heads=1
@@ -160,8 +181,6 @@ def without(argv: list[str], names) -> list[str]:
 
 def check_teacher(name: str) -> Path:
     """The teacher's local folder, refused by name where it holds no model of this package for translation."""
-    from ..model.modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
-
     folder = resolve_model(name, "--teacher")
     if not Path(folder).is_dir():
         raise InputError(f"--teacher {name}: give a local model folder (download a Hub model first).")
@@ -172,16 +191,12 @@ def check_teacher(name: str) -> Path:
 
 def teacher_stamps(folder: Path) -> dict:
     """What decides the teacher's outputs: its weights, configurations and tokenizer files, with their stamps."""
-    from .distill_data import file_stamps
-
     names = ("config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json")
     return file_stamps([*sorted(folder.glob("*.safetensors")), *(folder / n for n in names if (folder / n).is_file())])
 
 
 def teacher_length(teacher: Path, recipe: list[str]) -> list[str]:
     """`--max_steps` of the teacher's training where the recipe options set no length (see `TRAINING_LENGTH`)."""
-    from ..training.report import read_run_report
-
     steps = read_run_report(teacher).get("training", {}).get("steps")
     if any(name in option_values(recipe) for name in TRAINING_LENGTH) or not steps:
         return []
@@ -200,13 +215,6 @@ class Distillation:
     """The steps of one run, from parsed options (see the module docstring)."""
 
     def __init__(self, args, data_args, recipe: list[str], prog: str):
-        from transformers import GenerationConfig
-
-        from ..model.configuration_vanilla_transformer import VanillaTransformerConfig
-        from ..translate.command import check_device
-        from .distill_data import corpus_inputs, file_stamps
-        from .distill_student import check_copy, student_config
-
         self.args, self.data_args, self.prog = args, data_args, prog
         self.output_dir = Path(args.output_dir).resolve()
         # Under accelerate launch every process trains; the other steps are the first process's.
@@ -257,13 +265,9 @@ class Distillation:
 
     def check_recipe(self):
         """The recipe's options, parsed now rather than after the teacher's translations; its training arguments."""
-        from .translation import parse_args
-
         return parse_args(self.recipe_argv("student", self.path("distilled", "train.jsonl")), self.prog)[3]
 
     def steps(self) -> list[Step]:
-        from ..translate.translator import output_settings
-
         args = self.args
         languages = dict(zip(("--source_lang", "--target_lang"), self.languages))
         corpus = {**self.corpus_inputs, **languages, "--columns": self.data_args.columns}
@@ -315,16 +319,10 @@ class Distillation:
     # ------------------------------------------------------------------------------------------------ the steps
 
     def write_corpus(self) -> dict:
-        from .distill_data import write_corpus
-
         with writes_folder(self.path("corpus")) as folder:
             return write_corpus(self.data_args, folder)
 
     def translate(self) -> dict:
-        from ..translate.corpus import ray_module, translate_corpus
-        from ..translate.corpus_command import start_ray
-        from .distill_data import SOURCES
-
         ray, started = ray_module(), False
 
         def connect():
@@ -352,8 +350,6 @@ class Distillation:
         return dict(**dataclasses.asdict(summary), sentences_per_second=round(summary.rate, 2))
 
     def distill(self) -> dict:
-        from .distill_data import distill_pairs
-
         shards = sorted(self.path("teacher-translations").glob("*.parquet"))
         references = self.path("corpus", "train.jsonl") if self.args.mix_references else None
         with writes_folder(self.path("distilled")) as folder:
@@ -369,13 +365,6 @@ class Distillation:
             )
 
     def build_student(self) -> dict:
-        import torch
-        from transformers import set_seed
-
-        from ..data.folders import load_translation_model
-        from ..model.modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
-        from .distill_student import build_student
-
         set_seed(self.training_args.seed)
         teacher = None
         if self.args.init == "copy":
@@ -397,10 +386,6 @@ class Distillation:
         )
 
     def train(self, name: str, train_file: Path) -> dict:
-        from ..training.report import read_run_report
-        from . import translation
-        from .common import run_recipe
-
         folder, argv = self.path(name), self.recipe_argv(name, train_file)
         if name == "baseline":  # as many steps as the student trained
             argv += ["--max_steps", str(Steps(self.output_dir).read("student")["result"]["steps"])]
@@ -426,8 +411,6 @@ class Distillation:
     def resumes(self, name: str) -> bool:
         """Whether the training of `name` resumes from a checkpoint of an interrupted run; refused where that run left
         files but no complete checkpoint."""
-        from ..training.checkpoints import checkpoint_folders, verify_checkpoint
-
         folder = self.path(name)
         if not (folder.is_dir() and any(folder.iterdir())):
             return False
@@ -445,8 +428,6 @@ class Distillation:
 
     def stopped(self, name: str) -> str:
         """How the same command goes on after Ctrl-C or SIGTERM stopped the training of `name`, in one sentence."""
-        from ..training.checkpoints import last_complete_checkpoint
-
         try:
             if not self.resumes(name):
                 return f"stopped before the {name} step saved anything: the same command trains it from the start."
@@ -466,10 +447,6 @@ class Distillation:
     def write_vocabulary_map(self) -> dict:
         """The student's vocabulary map, from the pairs it was trained on (Firefox Translations makes its students'
         shortlists from the distilled corpus too)."""
-        import json
-
-        from ..data.vocabulary_map import write_vocabulary_map
-
         lines = self.path("distilled", "train.jsonl").read_text(encoding="utf-8").splitlines()
         pairs = [tuple(json.loads(line)["translation"][lang] for lang in self.languages) for line in lines]
         return write_vocabulary_map(self.path("student", VMAP_NAME), pairs, self.tokenizer)
@@ -477,8 +454,6 @@ class Distillation:
     def export_int8(self, name: str) -> dict:
         """The CTranslate2 int8 folder of the student (with its vocabulary map) or the teacher (with the student's, so
         that the report compares them on the same decoding)."""
-        import shutil
-
         from ..interop.ctranslate2 import export_ctranslate2
 
         model = self.teacher if name == "teacher" else self.path(name)
@@ -494,7 +469,6 @@ class Distillation:
         """The ONNX folder, after the checks of `verify-export` (which exports on its own): the folder last, so that
         a step that fails leaves none."""
         from ..interop.onnx import export_onnx
-        from ..interop.parity import misses, parity_table
 
         result = {}
         try:
@@ -519,15 +493,9 @@ class Distillation:
         return result
 
     def report_threads(self) -> int:
-        from ..translate.options import default_threads
-
         return self.args.report_threads or default_threads()
 
     def report(self) -> dict:
-        import json
-
-        from .distill_report import distillation_gain, evaluate_models, format_report, gaps, write_model_card
-
         records = Steps(self.output_dir)
         names = ("student-init", "student", "distilled", "vocabulary-map")
         result = {name: (records.read(name) or {}).get("result") for name in names}
@@ -557,9 +525,7 @@ class Distillation:
         )
         write_model_card(self.path("student"), report, f"{self.output_dir.name}-student")
         for name, text in (("report.md", format_report(report)), ("report.json", json.dumps(report, indent=1))):
-            temporary = self.path(f".{name}.tmp")
-            temporary.write_text(text + ("\n" if name.endswith("json") else ""), encoding="utf-8")
-            temporary.replace(self.path(name))
+            write_whole(self.path(name), text + ("\n" if name.endswith("json") else ""))
         return dict(report=str(self.path("report.json")))
 
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from ..errors import InputError
 from ..model.configuration_vanilla_transformer import VanillaTransformerConfig
 from ..model.modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
-from .common import expand_sizes, model_config_for
+from ..recipes.common import expand_sizes, model_config_for
 
 
 # What each student preset sets; `shallow` keeps the teacher's width and encoder and decodes with one layer (Kasai et
