@@ -60,7 +60,7 @@ def run_system(system: str, model: str, source: Path, output: Path, shard_rows: 
     import ray
 
     from hf_vanilla_transformer.translate.corpus import translate_corpus
-    from hf_vanilla_transformer.translate.corpus_command import init_arguments
+    from hf_vanilla_transformer.translate.ray_session import init_arguments
 
     start = time.perf_counter()
     ray.init(**init_arguments(None), log_to_driver=False)

@@ -137,9 +137,9 @@ def main(argv: list[str], prog: str) -> int:
     """`hf-vanilla-transformer vocabulary-map`: a model folder's vmap.txt from a parallel corpus."""
     from transformers import GenerationConfig
 
-    from .corpus import load_parallel_corpus
     from .folders import check_translation_folder, load_tokenizer, resolve_model
     from .trained_on import trained_on
+    from .training_corpus import CorpusArguments, read_training_corpus
 
     parser = CommandParser(
         prog=prog,
@@ -177,7 +177,9 @@ def main(argv: list[str], prog: str) -> int:
         raise InputError(
             f"--model {args.model} does not say which languages it translates: give --source_lang and --target_lang."
         )
-    corpus = load_parallel_corpus(*languages, args.dataset_name, args.dataset_config_name, args.train_file)
+    corpus, _ = read_training_corpus(
+        CorpusArguments(*languages, args.dataset_name, args.dataset_config_name, args.train_file)
+    )
     if "train" not in corpus:
         raise InputError(f"The corpus has the splits {sorted(corpus)}: a vocabulary map is made from its train split.")
     pairs = [(pair[languages[0]], pair[languages[1]]) for pair in corpus["train"]["translation"]]

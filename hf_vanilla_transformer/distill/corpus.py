@@ -20,8 +20,9 @@ from datasets import Dataset, concatenate_datasets
 from sacrebleu.metrics import CHRF
 
 from ..data.cleaning import CleaningRules, clean_pairs
-from ..data.corpus import BUNDLED_CORPUS, SPLITS, default_num_proc, load_parallel_corpus
+from ..data.corpus import BUNDLED_CORPUS, SPLITS, default_num_proc
 from ..data.formats import resolve_files
+from ..data.training_corpus import read_training_corpus
 from ..errors import InputError
 
 
@@ -63,28 +64,13 @@ def write_corpus(data_args, folder: Path) -> dict:
     """Read and clean the corpus as the translation recipe does, and write into `folder` its splits as JSON Lines in
     the translation format (`train.jsonl`: the references) and the teacher's input, `sources.jsonl`. The counts."""
     source_lang, target_lang = data_args.source_lang, data_args.target_lang
-    corpus = load_parallel_corpus(
-        source_lang,
-        target_lang,
-        data_args.dataset_name,
-        data_args.dataset_config_name,
-        data_args.train_file,
-        data_args.validation_file,
-        data_args.test_file,
-        columns=data_args.columns,
-        keep_empty_train_pairs=data_args.clean_empty,
-    )
+    corpus, dropped = read_training_corpus(data_args)
     if "train" not in corpus or "test" not in corpus:
         raise InputError(
             f"The corpus has the splits {sorted(corpus)}: distillation needs a training split and a test split "
             "(--train_file and --test_file), the test split for the report."
         )
-    rules = CleaningRules(
-        data_args.clean_empty, data_args.clean_max_words, data_args.clean_length_ratio, data_args.clean_duplicates
-    )
-    counts = {}
-    if rules.any():
-        corpus["train"], counts["cleaning"] = clean_pairs(corpus["train"], source_lang, target_lang, rules)
+    counts = {"cleaning": dropped} if dropped else {}
     if data_args.max_train_samples is not None:
         corpus["train"] = corpus["train"].select(range(min(data_args.max_train_samples, len(corpus["train"]))))
     for split, dataset in corpus.items():

@@ -41,6 +41,7 @@ from ..data.folders import (
     write_whole,
     writes_folder,
 )
+from ..data.training_corpus import CORPUS_OPTIONS
 from ..data.vocabulary_map import VMAP_NAME, write_vocabulary_map
 from ..errors import CommandParser, InputError, check_minimums, import_extra
 from ..interop.parity import misses, parity_table
@@ -51,10 +52,9 @@ from ..recipes.common import run_recipe
 from ..recipes.translation import DataArguments, parse_args
 from ..training.checkpoints import checkpoint_folders, last_complete_checkpoint, verify_checkpoint
 from ..training.report import read_run_report
-from ..translate.command import check_device
-from ..translate.corpus import DEFAULT_SHARD_ROWS, ray_module, translate_corpus
-from ..translate.corpus_command import start_ray
+from ..translate.corpus import DEFAULT_SHARD_ROWS, translate_corpus
 from ..translate.options import DecodeOptions, EngineOptions, add_arguments, default_threads
+from ..translate.ray_session import RaySession
 from ..translate.translator import output_settings
 from .corpus import SOURCES, corpus_inputs, distill_pairs, file_stamps, write_corpus
 from .records import Step, Steps, option_values
@@ -90,9 +90,7 @@ STUDENT_OWN = {
     "resume_from_checkpoint": "a rerun resumes by itself",
 }
 # The recipe's corpus options that the corpus step reads; the others go on to the recipe with the distilled corpus.
-CORPUS_OPTIONS = ("dataset_name", "dataset_config_name", "train_file", "validation_file", "test_file", "columns")
-CORPUS_OPTIONS += ("clean_empty", "clean_max_words", "clean_length_ratio", "clean_duplicates", "max_train_samples")
-CORPUS_OPTIONS += ("source_lang", "target_lang")
+CORPUS_STEP_OPTIONS = (*CORPUS_OPTIONS, "max_train_samples")
 TRAINED = ("student", "baseline")  # the steps every process of `accelerate launch` takes part in
 # The options that set how long the recipe trains. Given none, the student trains as many steps as its teacher did (its
 # run report says how many): the recipe's own default of 3 epochs left the demo's student 1,335 steps behind a teacher
@@ -165,7 +163,7 @@ def parse(argv: list[str], prog: str):
     if any(name not in EXPORTS for name in args.export):
         raise InputError(f"--export {','.join(args.export)}: expected some of {', '.join(EXPORTS)}, comma-separated.")
     args.student_layers = parse_layers(args.student_layers)
-    return args, data_args, without(recipe, CORPUS_OPTIONS)
+    return args, data_args, without(recipe, CORPUS_STEP_OPTIONS)
 
 
 def without(argv: list[str], names) -> list[str]:
@@ -225,10 +223,9 @@ class Distillation:
         if self.recipe != recipe and self.main_process:
             print(f"{prog}: the student trains {self.recipe[-1]} steps, as its teacher did.", file=sys.stderr)
         self.tokenizer = load_tokenizer(str(self.teacher), "--teacher")
-        self.engine = EngineOptions.of(args)
+        self.engine = EngineOptions.of(args).prepared(processes=None)
         decoding = DecodeOptions.of(args)
         self.decoding = dataclasses.replace(decoding, split_sentences=False, source_lang=data_args.source_lang)
-        check_device(self.engine.device, self.engine.backend)
         teacher_config = VanillaTransformerConfig.from_pretrained(self.teacher)
         self.length_penalty = self.decoding.length_penalty
         if self.length_penalty is None:
@@ -323,15 +320,7 @@ class Distillation:
             return write_corpus(self.data_args, folder)
 
     def translate(self) -> dict:
-        ray, started = ray_module(), False
-
-        def connect():
-            nonlocal started
-            if not ray.is_initialized():
-                start_ray(self.args.address, self.args.verbose)
-                started = True
-
-        try:
+        with RaySession(self.args.address, self.args.verbose) as session:
             summary = translate_corpus(
                 [str(self.path("corpus", SOURCES)), *self.monolingual],
                 str(self.path("teacher-translations")),
@@ -341,11 +330,8 @@ class Distillation:
                 column="text",
                 num_workers=self.args.num_workers,
                 shard_rows=self.args.shard_rows,
-                connect=connect,
+                connect=session.connect,
             )
-        finally:
-            if started:
-                ray.shutdown()
         print(f"{self.prog}: teacher-translations: {summary.line()}", file=sys.stderr)
         return dict(**dataclasses.asdict(summary), sentences_per_second=round(summary.rate, 2))
 

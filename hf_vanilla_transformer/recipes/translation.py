@@ -27,19 +27,18 @@ import transformers
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, Seq2SeqTrainingArguments, set_seed
 from transformers.utils import is_torch_greater_or_equal
 
-from ..data.cleaning import CleaningRules, clean_pairs
 from ..data.corpus import (
     BUNDLED_ATTRIBUTION,
     BUNDLED_NAME,
     LONG_PAIRS,
     default_num_proc,
     limit_lengths,
-    load_parallel_corpus,
     tokenize_corpus,
 )
 from ..data.folders import check_output_dir, load_tokenizer, resolve_model
 from ..data.tokenizer import corpus_tokenizer
 from ..data.trained_on import record_trained_on
+from ..data.training_corpus import CorpusArguments, read_training_corpus
 from ..errors import InputError
 from ..model.configuration_vanilla_transformer import PAPER_PRESETS, VanillaTransformerConfig, paper_generation_config
 from ..model.pipeline_translation import TranslationPipeline
@@ -120,31 +119,7 @@ class ModelArguments:
 
 
 @dataclass
-class DataArguments:
-    source_lang: str = field(default="de")
-    target_lang: str = field(default="en")
-    dataset_name: str | None = field(
-        default=None,
-        metadata={"help": "Hub dataset, e.g. wmt14 (needs network). Default: the bundled Tatoeba corpus."},
-    )
-    dataset_config_name: str | None = field(default=None, metadata={"help": "Hub dataset config, e.g. de-en."})
-    train_file: list[str] | None = field(
-        default=None,
-        metadata={
-            "help": "Your training corpus: aligned plain-text files by their prefix (data/train reads data/train.de "
-            "and data/train.en, .gz too), the two files, or one JSON Lines / TSV / CSV file. Default: the bundled "
-            "demo."
-        },
-    )
-    validation_file: list[str] | None = field(default=None, metadata={"help": "As --train_file."})
-    test_file: list[str] | None = field(default=None, metadata={"help": "As --train_file."})
-    columns: list[str] | None = field(
-        default=None,
-        metadata={
-            "help": "The languages of the columns of TSV/CSV files without a header line, in order (manythings' "
-            "deu.txt: --columns en de; later columns are ignored)."
-        },
-    )
+class DataArguments(CorpusArguments):
     max_source_length: int = field(
         default=64, metadata={"help": "Training pairs with more source tokens are long pairs (see --long_pairs)."}
     )
@@ -163,18 +138,6 @@ class DataArguments:
             "choices": list(LONG_PAIRS),
         },
     )
-    clean_empty: bool = field(
-        default=False,
-        metadata={"help": "Drop training pairs with an empty side (else such a pair is an error naming its line)."},
-    )
-    clean_max_words: int = field(
-        default=0, metadata={"help": "Drop training pairs with a side of more words (0: off; Moses' clean-corpus-n)."}
-    )
-    clean_length_ratio: float = field(
-        default=0,
-        metadata={"help": "Drop training pairs whose word counts differ by more than this factor (0: off; Moses: 9)."},
-    )
-    clean_duplicates: bool = field(default=False, metadata={"help": "Drop training pairs seen before, exactly."})
     max_train_samples: int | None = field(default=None)
     max_eval_samples: int | None = field(
         default=200, metadata={"help": "Validation pairs scored at each evaluation during training."}
@@ -407,25 +370,7 @@ def build_tokenizer(model_args, data_args, corpus, resume_from):
 def prepare_data(data_args, training_args, model_args, resume_from):
     """The corpus read, cleaned as asked, its tokenizer (trained, or reused from the cache) and the data report."""
     with training_args.main_process_first(desc="reading the corpus"):
-        corpus = load_parallel_corpus(
-            data_args.source_lang,
-            data_args.target_lang,
-            data_args.dataset_name,
-            data_args.dataset_config_name,
-            data_args.train_file,
-            data_args.validation_file,
-            data_args.test_file,
-            columns=data_args.columns,
-            keep_empty_train_pairs=data_args.clean_empty,
-        )
-        rules = CleaningRules(
-            data_args.clean_empty, data_args.clean_max_words, data_args.clean_length_ratio, data_args.clean_duplicates
-        )
-        cleaning = {}
-        if rules.any():
-            corpus["train"], cleaning = clean_pairs(
-                corpus["train"], data_args.source_lang, data_args.target_lang, rules
-            )
+        corpus, cleaning = read_training_corpus(data_args)
         tokenizer = build_tokenizer(model_args, data_args, corpus, resume_from)
     return corpus, tokenizer, {"cleaning": cleaning} if cleaning else {}
 

@@ -91,10 +91,8 @@ def main(argv: list[str], prog: str) -> int:
 
 def settings_of(args):
     """The `Settings` of the command's options, checked (the API key file read) before anything loads."""
-    import dataclasses
     from dataclasses import fields
 
-    from ..translate.options import default_threads
     from .access import read_api_keys
     from .settings import Settings
 
@@ -103,9 +101,8 @@ def settings_of(args):
         raise InputError(f"--workers must be at least 1, got {args.workers}.")
     if not args.timeout_keep_alive > 0:
         raise InputError(f"--timeout_keep_alive must be a positive number of seconds, got {args.timeout_keep_alive}.")
-    if settings.threads is None:
-        # A core left to the event loop: OpenMP threads that wait for a core it holds stall every operation.
-        settings = dataclasses.replace(settings, threads=default_threads(args.workers, reserved=1))
+    # A core left to the event loop: OpenMP threads that wait for a core it holds stall every operation.
+    settings = settings.prepared(args.workers, reserved=1)
     if settings.api_keys:
         read_api_keys(settings.api_keys)
     return settings

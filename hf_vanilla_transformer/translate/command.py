@@ -1,12 +1,11 @@
 """`hf-vanilla-transformer translate`: the command over `translate_file`."""
 
 import argparse
-import dataclasses
 import os
 import sys
 
-from ..errors import CommandParser, InputError, check_minimums, import_extra
-from .options import DecodeOptions, EngineOptions, add_arguments, default_threads
+from ..errors import CommandParser, check_minimums
+from .options import DecodeOptions, EngineOptions, add_arguments
 
 
 DESCRIPTION = """Translate text files with any AutoModelForSeq2SeqLM folder: one output line per input line, in order,
@@ -44,13 +43,12 @@ def main(argv: list[str], prog: str) -> int:
     if args.quiet:
         logging.disable_progress_bar()
     check_minimums(MINIMUMS, args)
-    engine, decoding = EngineOptions.of(args), DecodeOptions.of(args)
-    check_device(engine.device, engine.backend)
+    # the threads: the cores shared among this machine's processes (accelerate launch: several)
+    engine = EngineOptions.of(args).prepared(int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
+    decoding = DecodeOptions.of(args)
     check_inputs(args.inputs or ["-"])
     if args.output not in (None, "-"):  # --resume continues the file it names
         check_output_file(args.output, args.overwrite or args.resume)
-    if engine.threads is None:  # the cores shared among this machine's processes (accelerate launch: several)
-        engine = dataclasses.replace(engine, threads=default_threads(int(os.environ.get("LOCAL_WORLD_SIZE", "1"))))
     # --compile auto weighs the input's length; standard input's is not known beforehand, and counts as short.
     translator = load_translator(args.model, engine, lines=count_lines(args.inputs or ["-"]) or 0)
     try:
@@ -69,27 +67,3 @@ def main(argv: list[str], prog: str) -> int:
             print(f"{prog}: interrupted; add --resume to continue into {args.output}.", file=sys.stderr)
         return 130
     return 0
-
-
-def check_device(device: str | None, backend: str) -> None:
-    """Refuse a `--device` that this machine (or this build of torch) does not have, before the model loads."""
-    import torch
-
-    if device is None:
-        return
-    try:
-        cuda = torch.device(device).type == "cuda"
-    except RuntimeError:
-        raise InputError(f"--device {device}: expected cpu, cuda or cuda:N.") from None
-    if not cuda:
-        return
-    if backend == "ctranslate2":
-        gpus = import_extra("ctranslate2", "export", "--backend ctranslate2").get_cuda_device_count()
-    else:
-        gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    if not gpus:
-        why = "this torch is a CPU-only build" if backend == "torch" and torch.version.cuda is None else "no GPU"
-        raise InputError(f"--device {device}: {why}; translate on the CPU (--device cpu, the default without a GPU).")
-    index = torch.device(device).index or 0
-    if index >= gpus:
-        raise InputError(f"--device {device}: this machine has {gpus} GPU(s), cuda:0 to cuda:{gpus - 1}.")

@@ -11,9 +11,9 @@ lines, with their defaults and help. `EngineOptions` are what loading a model ne
 
 import argparse
 import os
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 
-from ..errors import InputError, check_at_least
+from ..errors import InputError, check_at_least, import_extra
 
 
 DEFAULT_MAX_TOKENS = 3000
@@ -82,6 +82,39 @@ class EngineOptions(Options):
         minimum=1,
         type=int,
     )
+
+    def prepared(self, processes: int | None = 1, reserved: int = 0):
+        """These options for a command's process, before anything loads: `--device` checked against this machine, and
+        `--threads`, where not given, its cores shared among `processes` on it, less `reserved` each (a server's event
+        loop). `processes` None leaves the threads to whoever starts the workers (translate-corpus's Ray)."""
+        check_device(self.device, self.backend)
+        if self.threads or processes is None:
+            return self
+        return replace(self, threads=default_threads(processes, reserved))
+
+
+def check_device(device: str | None, backend: str) -> None:
+    """Refuse a `--device` that this machine (or this build of torch) does not have, before the model loads."""
+    import torch  # here, so that a command's --help answers without loading torch
+
+    if device is None:
+        return
+    try:
+        cuda = torch.device(device).type == "cuda"
+    except RuntimeError:
+        raise InputError(f"--device {device}: expected cpu, cuda or cuda:N.") from None
+    if not cuda:
+        return
+    if backend == "ctranslate2":
+        gpus = import_extra("ctranslate2", "export", "--backend ctranslate2").get_cuda_device_count()
+    else:
+        gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if not gpus:
+        why = "this torch is a CPU-only build" if backend == "torch" and torch.version.cuda is None else "no GPU"
+        raise InputError(f"--device {device}: {why}; translate on the CPU (--device cpu, the default without a GPU).")
+    index = torch.device(device).index or 0
+    if index >= gpus:
+        raise InputError(f"--device {device}: this machine has {gpus} GPU(s), cuda:0 to cuda:{gpus - 1}.")
 
 
 @dataclass(frozen=True)

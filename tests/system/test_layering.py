@@ -17,8 +17,8 @@ PACKAGE = Path(__file__).resolve().parents[2] / "hf_vanilla_transformer"
 # `cuda` (torch's settings for a process on a GPU, which commands and Ray workers start with) are at the bottom; the
 # command-line entry point at the top.
 LAYERS = [
-    "errors", "cuda", "model", "data", "training", "interop", "translate", "hub", "recipes", "distill", "demo", "serve",
-    "cli",
+    "errors", "cuda", "model", "data", "training", "interop", "translate", "hub", "recipes", "distill", "demo",
+    "serve", "cli",
 ]  # fmt: skip
 TOP_LEVEL = {"__init__.py", "__main__.py", "cli.py", "errors.py", "cuda.py"}
 

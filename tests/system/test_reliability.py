@@ -541,9 +541,16 @@ def test_options_are_taken_by_their_exact_names_and_a_close_one_is_suggested(cap
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is there")
-def test_a_gpu_the_machine_lacks_is_one_line(capsys, trained, text_file):  # row 34
-    error = one_line_error(capsys, "translate", "--model", trained, text_file, "--device", "cuda")
-    assert "--device cuda: this torch is a CPU-only build" in error or "--device cuda: no GPU" in error
+def test_a_gpu_the_machine_lacks_is_one_line(capsys, trained, text_file, tmp_path):  # row 34
+    for argv in (
+        ["translate", "--model", trained, text_file],
+        ["translate-corpus", "--model", trained, "--input", text_file, "--output_dir", tmp_path / "out" / "corpus"],
+        ["serve", "--model", trained],
+        ["distill", "--teacher", trained, "--output_dir", tmp_path / "out" / "distill"],
+    ):
+        error = one_line_error(capsys, *argv, "--device", "cuda")
+        assert "--device cuda: this torch is a CPU-only build" in error or "--device cuda: no GPU" in error, argv
+    assert not (tmp_path / "out").exists()
     assert "--device gpu: expected cpu, cuda or cuda:N" in one_line_error(
         capsys, "translate", "--model", trained, text_file, "--device", "gpu"
     )

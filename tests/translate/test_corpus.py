@@ -17,9 +17,9 @@ import pytest
 from hf_vanilla_transformer import cli
 from hf_vanilla_transformer.cuda import CUDA_DEFAULTS
 from hf_vanilla_transformer.errors import InputError
-from hf_vanilla_transformer.translate.corpus_command import start_ray
 from hf_vanilla_transformer.translate.io import resume_point
 from hf_vanilla_transformer.translate.options import DecodeOptions, EngineOptions
+from hf_vanilla_transformer.translate.ray_session import start_ray
 from hf_vanilla_transformer.translate.translator import load_translator, output_settings, translate_lines
 from tests.helpers import ROOT, SENTENCES, default_sigint, serving_model_dir
 
