@@ -58,6 +58,22 @@ class Hypothesis:
     reached_limit: bool  # stopped by the length limit before the model produced EOS
 
 
+# What a translator keeps per distinct decoding (resolved options, CTranslate2's call options, static caches), the most
+# recently used: a service makes them from each request's fields, so a client could otherwise grow the process.
+KEPT_DECODINGS = 64
+
+
+def kept(cache: dict, key, make: Callable, bound: int = KEPT_DECODINGS):
+    """`cache[key]`, made by `make()` where missing; beyond `bound` entries, the least recently used is dropped."""
+    if key in cache:
+        cache[key] = cache.pop(key)  # the most recently used last
+    else:
+        cache[key] = make()
+        if len(cache) > bound:
+            del cache[next(iter(cache))]
+    return cache[key]
+
+
 def sequence_score(token_scores: list[float], length_penalty: float) -> float:
     """Beam search's ranking score: the summed log-probabilities over length ** length_penalty."""
     return sum(token_scores) / max(len(token_scores), 1) ** length_penalty
@@ -195,9 +211,7 @@ class TorchBackend(Backend):
             rows, length, positions = shape
             sources = sources + [sources[0]] * (rows - count)
             key = (*shape, decoding.num_beams, decoding.nbest)  # the cache holds rows x beams (or x samples) rows
-            if key not in self.static_caches:
-                self.static_caches[key] = static_cache(self.model.config, positions, length)
-            cache = self.static_caches[key]
+            cache = kept(self.static_caches, key, lambda: static_cache(self.model.config, positions, length))
             cache.reset()
         input_ids = torch.tensor([s + [pad] * (length - len(s)) for s in sources], device=self.device)
         attention_mask = torch.tensor([[1] * len(s) + [0] * (length - len(s)) for s in sources], device=self.device)
@@ -321,17 +335,18 @@ class CTranslate2Backend(Backend):
         `generate`."""
         from ..interop.ctranslate2 import translate_options
 
-        key = (generation_config.to_json_string(), nbest, use_vmap)
-        if key not in self.options:
-            self.options[key] = translate_options(
+        return kept(
+            self.options,
+            (generation_config.to_json_string(), nbest, use_vmap),
+            lambda: translate_options(
                 generation_config,
                 num_hypotheses=nbest,
                 max_input_length=0,
                 return_end_token=True,
                 max_decoding_length=None,
                 use_vmap=use_vmap,
-            )
-        return self.options[key]
+            ),
+        )
 
     def generate(
         self, sources: list[list[int]], limit: Callable[[int], int], decoding, scores: bool = True, seed: int = 0

@@ -10,6 +10,7 @@ lines, with their defaults and help. `EngineOptions` are what loading a model ne
 """
 
 import argparse
+import math
 import os
 from dataclasses import dataclass, field, fields, replace
 
@@ -169,9 +170,31 @@ class DecodeOptions(Options):
         return {name: getattr(self, name) for name in GENERATION_OPTIONS if getattr(self, name) is not None}
 
     def check(self) -> "DecodeOptions":
+        """Refuse, naming the option, a value or a combination that would decode nonsense (as transformers'
+        `GenerationConfig.validate()` and CTranslate2 refuse theirs)."""
         super().check()
+        for name in ("length_penalty", "temperature", "top_p", "max_len_a"):
+            value = getattr(self, name)
+            if value is not None and not math.isfinite(value):
+                raise InputError(f"--{name} must be a finite number, got {value}.")
         if (self.max_len_a is not None and self.max_len_a < 0) or (self.max_len_b is not None and self.max_len_b < 0):
             raise InputError(f"--max_len_a and --max_len_b must be >= 0, got {self.max_len_a} and {self.max_len_b}.")
+        if self.temperature is not None and self.temperature <= 0:
+            raise InputError(
+                f"--temperature must be above 0, got {self.temperature}: it divides the logits (for the most likely "
+                "tokens, decode without --do_sample)."
+            )
+        if self.top_p is not None and not 0 < self.top_p <= 1:
+            raise InputError(f"--top_p must be a probability in (0, 1], got {self.top_p}.")
+        if self.do_sample and self.nbest > 1:
+            raise InputError(
+                f"--nbest {self.nbest} needs beam search: sampling draws one translation per line (drop --do_sample)."
+            )
+        if self.num_beams is not None and self.nbest > self.num_beams:
+            raise InputError(
+                f"--nbest {self.nbest} needs --num_beams {self.nbest} or more (beam search keeps num_beams "
+                "hypotheses)."
+            )
         return self
 
 

@@ -16,7 +16,7 @@ import itertools
 import os
 import sys
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -26,7 +26,7 @@ from transformers.utils import logging
 
 from ..errors import InputError
 from ..model.configuration_vanilla_transformer import max_new_tokens_for
-from .backends import Hypothesis, load_ctranslate2_backend, load_torch_backend, sequence_score
+from .backends import Hypothesis, kept, load_ctranslate2_backend, load_torch_backend, sequence_score
 from .io import (
     FORMATS,
     LineTranslation,
@@ -75,24 +75,29 @@ class Translator:
         self.max_source_tokens = backend.max_source_tokens
         self._decodings = {}
 
-    def decoding(self, options: DecodeOptions | None = None) -> "Decoding":
-        """`options` resolved against the model: its generation config with theirs on top, the length rule, the
-        source language; checked before any input is read."""
+    def decoding(self, options: DecodeOptions | Mapping | None = None) -> "Decoding":
+        """`options` (a `DecodeOptions`, or a dict of its fields) resolved against the model: its generation config
+        with theirs on top, the length rule, the source language; checked before any input is read."""
+        if isinstance(options, Mapping):
+            options = DecodeOptions(**options)
+        elif not isinstance(options, DecodeOptions | None):
+            raise TypeError(f"options: expected DecodeOptions or a dict of its fields, got {type(options).__name__}.")
         options = options or DecodeOptions()
-        if options not in self._decodings:
-            options.check()
-            if options.use_vmap:
-                self.backend.check_vmap()
-            default_a, default_b = self.backend.default_length_rule
-            a, b = options.max_len_a, options.max_len_b
-            self._decodings[options] = Decoding(
-                options,
-                self.backend.generation_config(options.generation, options.nbest),
-                (default_a if b is None else 0.0) if a is None else a,
-                default_b if b is None else b,
-                options.source_lang or self.trained_on.source_lang,
-            )
-        return self._decodings[options]
+        return kept(self._decodings, options, lambda: self._resolve(options))
+
+    def _resolve(self, options: DecodeOptions) -> "Decoding":
+        options.check()
+        if options.use_vmap:
+            self.backend.check_vmap()
+        default_a, default_b = self.backend.default_length_rule
+        a, b = options.max_len_a, options.max_len_b
+        return Decoding(
+            options,
+            self.backend.generation_config(options.generation, options.nbest),
+            (default_a if b is None else 0.0) if a is None else a,
+            default_b if b is None else b,
+            options.source_lang or self.trained_on.source_lang,
+        )
 
     def settings(self, options: DecodeOptions | None = None) -> dict:
         """What decides the output, as resume files record it (a resumed run must decode as the first did)."""
@@ -113,6 +118,8 @@ class Translator:
         `scores=False` skips the token scores. Sampling seeds each batch from the `seed` option, `first_line` (where
         `lines` start in the input) and the batch's number. `on_batch` is called after each batch.
         """
+        if isinstance(lines, str):
+            raise TypeError("lines: expected a list of lines, got one string; translate([text]) translates one text.")
         work = self.prepare(lines, options)
         return self.finish(work, self.run(work, scores=scores, first_line=first_line, on_batch=on_batch))
 

@@ -556,6 +556,24 @@ def test_a_gpu_the_machine_lacks_is_one_line(capsys, trained, text_file, tmp_pat
     )
 
 
+def test_decoding_options_that_make_nonsense_are_one_line_in_every_command_before_work_starts(
+    capsys, trained, text_file, tmp_path
+):
+    translate, serve = ["translate", "--model", trained, text_file], ["serve", "--model", trained]
+    corpus = ["translate-corpus", "--model", trained, "--input", text_file, "--output_dir", tmp_path / "out" / "c"]
+    distill = ["distill", "--teacher", trained, "--output_dir", tmp_path / "out" / "distill"]
+    # serve takes the n best per request (LibreTranslate's alternatives); distill decodes by beam search alone.
+    for commands, options, expected in (
+        ((translate, corpus, serve, distill), ["--length_penalty", "nan"], "--length_penalty must be a finite number"),
+        ((translate, corpus, distill), ["--num_beams", "2", "--nbest", "3"], "--nbest 3 needs --num_beams 3 or more"),
+        ((translate, corpus, serve), ["--do_sample", "--temperature", "0"], "--temperature must be above 0, got 0.0"),
+        ((translate, corpus), ["--do_sample", "--nbest", "3"], "--nbest 3 needs beam search"),
+    ):
+        for argv in commands:
+            assert expected in one_line_error(capsys, *argv, *options), (argv, options)
+    assert not (tmp_path / "out").exists()
+
+
 def test_a_missing_model_folder_is_named_at_once_by_every_command(capsys, tmp_path, text_file, monkeypatch):  # row 35
     monkeypatch.chdir(tmp_path)
     start = time.monotonic()

@@ -402,15 +402,42 @@ def test_settings_that_cannot_work_are_refused_before_anything_runs(model_dir, t
         (dict(nbest=3, num_beams=2), "--nbest 3 needs --num_beams 3"),
         (dict(max_len_a=-1.0), ">= 0"),
         (dict(nbest=0), "at least 1"),
+        (dict(length_penalty=math.nan), "--length_penalty must be a finite number, got nan"),
+        (dict(temperature=math.inf, do_sample=True), "--temperature must be a finite number"),
+        (dict(temperature=0.0, do_sample=True), "--temperature must be above 0, got 0.0"),
+        (dict(temperature=-1.0, do_sample=True), "--temperature must be above 0"),
+        (dict(top_p=1.5, do_sample=True), r"--top_p must be a probability in \(0, 1\]"),
+        (dict(nbest=3, do_sample=True), "--nbest 3 needs beam search: sampling draws one translation per line"),
     ]:
         with pytest.raises(ValueError, match=message):
             translate_file([str(source)], str(tmp_path / "out.jsonl"), translator, DecodeOptions(**kwargs))
         assert not (tmp_path / "out.jsonl").exists()  # refused before anything is written
 
 
+def test_the_engine_api_refuses_a_string_for_lines_and_takes_a_dict_for_options(translator):
+    with pytest.raises(TypeError, match="lines: expected a list of lines, got one string"):
+        translator.translate("Wo ist der Bahnhof?")
+    def texts(options):
+        return [[h.text for h in t.hypotheses] for t in translator.translate(LINES, options)]
+
+    assert texts({"num_beams": 1, "nbest": 1}) == texts(DecodeOptions(num_beams=1))
+    with pytest.raises(TypeError, match="options: expected DecodeOptions or a dict of its fields, got list"):
+        translator.translate(LINES, [1])
+
+
+def test_what_a_translator_keeps_per_decoding_stays_at_its_bound(translator):
+    from hf_vanilla_transformer.translate.backends import KEPT_DECODINGS
+
+    for i in range(KEPT_DECODINGS + 20):  # as many distinct options as a service's clients may send
+        translator.decoding(DecodeOptions(length_penalty=0.5 + i / 100))
+    assert len(translator._decodings) == KEPT_DECODINGS
+    recent = DecodeOptions(length_penalty=0.5 + (KEPT_DECODINGS + 19) / 100)
+    assert translator.decoding(recent) is translator._decodings[recent]
+
+
 def test_sampling_is_reproducible_from_the_seed(translator):
     def sampled(seed):
-        options = DecodeOptions(nbest=2, do_sample=True, top_k=5, seed=seed)
+        options = DecodeOptions(do_sample=True, top_k=5, seed=seed)
         return [[h.text for h in t.hypotheses] for t in translate_lines(LINES, translator, options)]
 
     first = sampled(3)
