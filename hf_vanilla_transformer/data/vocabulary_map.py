@@ -46,7 +46,11 @@ class VocabularyMap:
             raise InputError(f"--vmap {path}: no such file.")
         vocabulary = tokenizer.get_vocab()
         rules: list[dict[str, list[int]]] = []
-        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        try:
+            text = path.read_text(encoding="utf-8")
+        except UnicodeDecodeError as error:
+            raise InputError(f"{path}: not UTF-8 text ({error}): a vocabulary map is a UTF-8 text file.") from None
+        for number, line in enumerate(text.splitlines(), 1):
             if not line:
                 continue
             source, tab, targets = line.partition("\t")
@@ -62,8 +66,13 @@ class VocabularyMap:
             rules[n - 1][source] = ids
         always = set(rules[0].pop("", [])) if rules else set()
         specials = (tokenizer.unk_token_id, tokenizer.bos_token_id, tokenizer.eos_token_id, *special_ids)
-        always |= {i for i in specials if i is not None}
-        return cls(rules, always)
+        specials = {i for i in specials if i is not None}
+        sources = [source for n_grams in rules for source in n_grams]
+        if sources and not any(source.split(" ")[0] in vocabulary for source in sources):
+            raise InputError(f"{path}: no source token in it is in the model's vocabulary: a map of another model?")
+        if not (always | {i for n_grams in rules for ids in n_grams.values() for i in ids}) - specials:
+            raise InputError(f"{path}: no target token in it: a vocabulary map lists each source token's targets.")
+        return cls(rules, always | specials)
 
     def candidates(self, sources: list[list[str]]) -> list[int]:
         """The sorted target ids a batch of source token sequences may translate into (CTranslate2's rule: every
@@ -177,6 +186,16 @@ def main(argv: list[str], prog: str) -> int:
         raise InputError(
             f"--model {args.model} does not say which languages it translates: give --source_lang and --target_lang."
         )
+    for option, given, own in zip(
+        ("--source_lang", "--target_lang"),
+        (args.source_lang, args.target_lang),
+        (getattr(recorded, "source_lang", None), getattr(recorded, "target_lang", None)),
+    ):  # a map the wrong way round would choose among the source language's tokens
+        if given and own and given != own:
+            raise InputError(
+                f"{option} {given}: --model {args.model} translates {recorded.source_lang} into "
+                f"{recorded.target_lang} (its folder records it); its map maps {recorded.source_lang} tokens."
+            )
     corpus, _ = read_training_corpus(
         CorpusArguments(*languages, args.dataset_name, args.dataset_config_name, args.train_file)
     )

@@ -34,6 +34,7 @@ from transformers import GenerationConfig, HfArgumentParser, set_seed
 
 from ..data.folders import (
     check_model_type,
+    check_output_dir,
     check_translation_folder,
     load_tokenizer,
     load_translation_model,
@@ -214,7 +215,7 @@ class Distillation:
 
     def __init__(self, args, data_args, recipe: list[str], prog: str):
         self.args, self.data_args, self.prog = args, data_args, prog
-        self.output_dir = Path(args.output_dir).resolve()
+        self.output_dir = check_output_dir(args.output_dir, overwrite=True).resolve()  # a rerun completes it
         # Under accelerate launch every process trains; the other steps are the first process's.
         self.main_process = int(os.environ.get("RANK", "0")) == 0
         self.languages = (data_args.source_lang, data_args.target_lang)

@@ -574,6 +574,17 @@ def test_decoding_options_that_make_nonsense_are_one_line_in_every_command_befor
     assert not (tmp_path / "out").exists()
 
 
+def test_an_output_dir_that_is_a_file_is_one_line(capsys, trained, text_file, tmp_path):
+    taken = tmp_path / "taken.txt"
+    taken.write_text("keep me\n")
+    for argv in (
+        ["translate-corpus", "--model", trained, "--input", text_file, "--output_dir", taken],
+        ["distill", "--teacher", trained, "--output_dir", taken],
+    ):
+        assert f"--output_dir {taken} is a file: expected a folder" in one_line_error(capsys, *argv), argv
+    assert taken.read_text() == "keep me\n"
+
+
 def test_a_missing_model_folder_is_named_at_once_by_every_command(capsys, tmp_path, text_file, monkeypatch):  # row 35
     monkeypatch.chdir(tmp_path)
     start = time.monotonic()

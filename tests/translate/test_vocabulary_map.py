@@ -4,6 +4,7 @@ search chooses once the other tokens are suppressed, and exactly what it chooses
 the PyTorch engine chooses the tokens CTranslate2 chooses with the same map; misuses are refused in one line."""
 
 import dataclasses
+import json
 import shutil
 
 import pytest
@@ -43,11 +44,19 @@ def test_the_file_is_ctranslate2s_n_grams_and_common_tokens(tmp_path):
         ("▁Tom\t▁Tom\n▁Hung ry\n", "line 2: expected a source n-gram, one tab and target tokens"),
         ("▁Tom\t▁Tom\t▁Tom\n", "line 1: expected a source n-gram, one tab and target tokens"),
         ("\t▁I\n▁Tom\t▁Tom Zebra\n", "line 2: the target token 'Zebra' is not in the vocabulary"),
+        ("", "no target token in it: a vocabulary map lists each source token's targets"),
+        ("Zzqxw\t▁I\n", "no source token in it is in the model's vocabulary: a map of another model"),
     ],
 )
 def test_a_wrong_line_is_named(tmp_path, text, expected):
     with pytest.raises(InputError, match=expected):
         read(tmp_path, text)
+
+
+def test_a_file_that_is_not_utf8_is_named(tmp_path):
+    (tmp_path / VMAP_NAME).write_bytes("▁Tom\t▁Tom\n".encode("utf-16"))
+    with pytest.raises(InputError, match=f"{tmp_path / VMAP_NAME}: not UTF-8 text"):
+        VocabularyMap.read(tmp_path / VMAP_NAME, TOKENIZER)
 
 
 def test_a_missing_file_is_named(tmp_path):
@@ -188,6 +197,12 @@ def test_the_command_writes_a_models_map_and_never_replaces_one_unasked(tmp_path
     assert (folder / VMAP_NAME).read_text() == written
     assert cli.main([*command, "--overwrite", "--best", "1"]) == 0
     assert (folder / VMAP_NAME).read_text() != written
+    config = json.loads((folder / "generation_config.json").read_text())
+    config.update(trained_on={"source_lang": "de", "target_lang": "en"}, _from_model_config=False)
+    (folder / "generation_config.json").write_text(json.dumps(config))
+    reversed_map = [*command[:7], "--source_lang", "en", "--target_lang", "de", "--overwrite"]
+    assert cli.main(reversed_map) == 2
+    assert "--source_lang en: --model" in capsys.readouterr().err
 
 
 def test_a_large_corpus_is_read_evenly_spread_and_an_empty_one_is_refused(tmp_path, monkeypatch):
