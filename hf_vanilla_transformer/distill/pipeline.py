@@ -25,6 +25,7 @@ import dataclasses
 import json
 import logging
 import os
+import shlex
 import shutil
 import sys
 from pathlib import Path
@@ -44,7 +45,7 @@ from ..data.folders import (
 )
 from ..data.training_corpus import CORPUS_OPTIONS
 from ..data.vocabulary_map import VMAP_NAME, write_vocabulary_map
-from ..errors import CommandParser, InputError, check_minimums, import_extra
+from ..errors import UNRECOGNIZED, CommandParser, InputError, check_minimums, did_you_mean, import_extra, report
 from ..interop.parity import misses, parity_table
 from ..model.configuration_vanilla_transformer import VanillaTransformerConfig
 from ..model.modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
@@ -148,7 +149,17 @@ def build_parser(prog: str):
 def parse(argv: list[str], prog: str):
     """distill's own options, the recipe's corpus options (its `DataArguments`), and the recipe options that go on to
     the training steps."""
-    args, recipe = build_parser(prog).parse_known_args(argv)
+    parser = build_parser(prog)
+    args, recipe = parser.parse_known_args(argv)
+    # The rest are the recipe's options: another word is named here, with the close option of either command.
+    theirs = [name for action in HfArgumentParser(translation.ARGUMENTS)._actions for name in action.option_strings]
+    unknown, taking = [], False
+    for word in recipe:  # each unknown option with its values
+        taking = word.split("=", 1)[0] not in theirs if word.startswith("--") else taking
+        unknown += [word] * taking
+    if unknown:
+        message = f"{UNRECOGNIZED}{' '.join(unknown)}" + did_you_mean(unknown, [*parser.option_names(), *theirs])
+        sys.exit(report(prog, f"{message} (see --help)"))
     minimums = dict(
         num_workers=1, shard_rows=1, report_threads=1, student_d_model=2, student_ffn_dim=1, student_heads=1
     )
@@ -213,8 +224,9 @@ class Stopped(Exception):
 class Distillation:
     """The steps of one run, from parsed options (see the module docstring)."""
 
-    def __init__(self, args, data_args, recipe: list[str], prog: str):
+    def __init__(self, args, data_args, recipe: list[str], prog: str, command: str = ""):
         self.args, self.data_args, self.prog = args, data_args, prog
+        self.command = command  # as the user gave it, for the student's model card
         self.output_dir = check_output_dir(args.output_dir, overwrite=True).resolve()  # a rerun completes it
         # Under accelerate launch every process trains; the other steps are the first process's.
         self.main_process = int(os.environ.get("RANK", "0")) == 0
@@ -510,7 +522,7 @@ class Distillation:
             else {},
             seconds=records.seconds(self.steps()),
         )
-        write_model_card(self.path("student"), report, f"{self.output_dir.name}-student")
+        write_model_card(self.path("student"), report, f"{self.output_dir.name}-student", self.command)
         for name, text in (("report.md", format_report(report)), ("report.json", json.dumps(report, indent=1))):
             write_whole(self.path(name), text + ("\n" if name.endswith("json") else ""))
         return dict(report=str(self.path("report.json")))
@@ -522,7 +534,7 @@ def main(argv: list[str], prog: str = "hf-vanilla-transformer distill") -> int:
     import_extra("ctranslate2", "export", "distill (the CTranslate2 int8 export)")
     for module in ("onnx", "onnxscript", "onnxruntime") if args.export else ():
         import_extra(module, "export", f"--export {','.join(args.export)}")
-    run = Distillation(args, data_args, recipe, prog)
+    run = Distillation(args, data_args, recipe, prog, shlex.join(["hf-vanilla-transformer", "distill", *argv]))
     steps, records = run.steps(), Steps(run.output_dir)
     records.check(steps)
     try:

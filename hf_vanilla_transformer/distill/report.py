@@ -20,7 +20,7 @@ from ..data.folders import write_whole
 from ..hub.model_card import make_model_card
 from ..interop.parity import format_table
 from ..training.metrics import corpus_scores
-from ..training.report import hardware
+from ..training.report import hardware, read_run_report
 from ..translate.options import DecodeOptions, EngineOptions
 from ..translate.translator import load_translator
 
@@ -208,9 +208,21 @@ def format_report(report: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_model_card(student_dir: Path, report: dict, repo_id: str) -> None:
-    """The student's README.md: the package's model card, with its teacher and the gap."""
-    card = str(make_model_card(student_dir, repo_id))
+def write_model_card(student_dir: Path, report: dict, repo_id: str, command: str) -> None:
+    """The student's README.md: the package's model card, with its teacher and the gap. Its data and command are the
+    distillation's (`command`, as the user gave it), not those of the student's training inside it."""
+    teacher_name = Path(report["teacher"]).name
+    metrics = read_run_report(student_dir)
+    corpus = read_run_report(report["teacher"]).get("dataset") or {}
+    metrics["dataset"] = {
+        **{key: corpus.get(key) for key in ("license", "attribution")},
+        "name": f"its teacher's translations of {corpus.get('name') or 'its training corpus'}",
+    }
+    metrics["command"] = command
+    copied = report["student"]["init"] == "copy"
+    first = "its first weights copied from the teacher's embeddings and layers" if copied else "from random weights"
+    origin = f"distilled from `{teacher_name}` ({first}), trained"
+    card = str(make_model_card(student_dir, repo_id, metrics=metrics, origin=origin))
     teacher = row(report["evaluation"]["rows"], "teacher", *HEADLINE)
     student = row(report["evaluation"]["rows"], "student", *HEADLINE)
     int8 = row(report["evaluation"]["rows"], "student", "CTranslate2 int8", "greedy")
@@ -218,7 +230,7 @@ def write_model_card(student_dir: Path, report: dict, repo_id: str) -> None:
     speed = teacher["sentences_per_second"]
     card = card.rstrip("\n") + (
         "\n\n## Distillation\n\nA student distilled from the teacher `"
-        f"{Path(report['teacher']).name}` (sequence-level knowledge distillation: trained on the teacher's "
+        f"{teacher_name}` (sequence-level knowledge distillation: trained on the teacher's "
         "translations of its training corpus, `hf-vanilla-transformer distill`). On the test split, beam 4: "
         f"teacher BLEU {teacher['bleu']:.2f}, student {student['bleu']:.2f} "
         f"({student['bleu'] - teacher['bleu']:+.2f}), at "

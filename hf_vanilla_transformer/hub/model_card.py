@@ -57,12 +57,13 @@ def make_model_card(
     revision: str = "main",
     license: str = "apache-2.0",
     metrics: dict | None = None,
+    origin: str = "trained from scratch",
 ) -> ModelCard:
     """The Hub card of the model in `model_dir`, to be published as `repo_id`; usage code pins `revision`.
 
     `metrics` defaults to the folder's `metrics.json`; every key of it is optional, and missing ones leave their part
-    of the card out. `license` is the license of the model weights; the data's own license is quoted with its
-    attribution.
+    of the card out. `origin` says where its weights come from (a distilled student's teacher). `license` is the
+    license of the model weights; the data's own license is quoted with its attribution.
     """
     model_dir = Path(model_dir)
     metrics = load_metrics(model_dir) if metrics is None else metrics
@@ -108,6 +109,7 @@ def make_model_card(
         card_data,
         template_path=str(TEMPLATE_PATH),
         title=repo_id.split("/")[-1],
+        origin=origin,
         repo_id=repo_id,
         revision=revision,
         direction=f"{src or '?'}→{tgt or '?'}",

@@ -288,8 +288,7 @@ def parse_args(argv: list[str] | None = None, prog: str = "hf-vanilla-transforme
         **((GPU_PAPER_BATCHES if torch.cuda.is_available() else PAPER_BATCHES) if "paper_preset" in given else {}),
         **(paper_schedule(preset) if preset in PAPER_AVERAGE_LAST else {}),
     )
-    dataclasses = (ModelArguments, DataArguments, RecipeArguments, Seq2SeqTrainingArguments)
-    parsed = parse_recipe_arguments(dataclasses, defaults, argv, prog, DESCRIPTION)
+    parsed = parse_recipe_arguments(ARGUMENTS, defaults, argv, prog, DESCRIPTION)
     data_args, recipe_args = parsed[1], parsed[2]
     if recipe_args.ema_decay and recipe_args.average_last > 1:
         raise InputError(
@@ -309,6 +308,7 @@ def parse_args(argv: list[str] | None = None, prog: str = "hf-vanilla-transforme
     return parsed
 
 
+ARGUMENTS = (ModelArguments, DataArguments, RecipeArguments, Seq2SeqTrainingArguments)  # the recipe's options
 DESCRIPTION = __doc__.split("\n\n")[0] + (
     " The learning rate warms up over --warmup_steps, holds, then cools down to 0 at the last step over the last "
     "fifth of the steps (warmup_stable_decay, 1 - sqrt), whichever option ends the run (--max_steps, "

@@ -137,6 +137,10 @@ def test_the_chain_ships_a_student_measured_against_its_teacher(finished, corpus
     assert json.loads((finished / "baseline" / "metrics.json").read_text())["training"]["steps"] == 4
     card = (finished / "student" / "README.md").read_text()
     assert "## Distillation" in card and tiny_translator_dir().name in card
+    # Its origin, data and command are the distillation's, not those of the training inside it (nor its folders).
+    assert f"distilled from `{tiny_translator_dir().name}` (its first weights copied from the teacher's" in card
+    assert "trained from scratch" not in card and str(finished) not in card
+    assert "hf-vanilla-transformer distill --teacher" in card and "'(student)'" not in card
     assert "Decode it with its vocabulary map, `vmap.txt`" in card
 
 
@@ -278,6 +282,9 @@ def test_bad_input_is_one_line_and_exit_2_before_anything_is_written(corpus, tmp
         cli.main([str(word) for word in [*argv, "--max_stepz", "3"]])
     assert exit_.value.code == 2
     refused(capsys, "unrecognized arguments: --max_stepz 3")
+    with pytest.raises(SystemExit):  # distill's own option misspelt: named as distill's, not as a recipe's
+        cli.main([str(word) for word in [*argv, "--student-layers", "2,1"]])
+    refused(capsys, "unrecognized arguments: --student-layers 2,1; did you mean --student_layers?")
 
 
 @pytest.mark.slow

@@ -417,6 +417,7 @@ def test_settings_that_cannot_work_are_refused_before_anything_runs(model_dir, t
 def test_the_engine_api_refuses_a_string_for_lines_and_takes_a_dict_for_options(translator):
     with pytest.raises(TypeError, match="lines: expected a list of lines, got one string"):
         translator.translate("Wo ist der Bahnhof?")
+
     def texts(options):
         return [[h.text for h in t.hypotheses] for t in translator.translate(LINES, options)]
 
