@@ -81,16 +81,16 @@ def main(argv: list[str] | None = None) -> int:
         trainers.append(self)
 
     def without_test(*a, **kw):
-        corpus = load(*a, **kw)
+        corpus, dropped = read(*a, **kw)
         corpus.pop("test", None)
-        return corpus
+        return corpus, dropped
 
-    load = translation.load_parallel_corpus
+    read = translation.read_training_corpus
     output_dir = Path(args.output_root) / args.name
     started = time.time()
     with (
         mock.patch.object(translation.TranslationTrainer, "__init__", init),
-        mock.patch.object(translation, "load_parallel_corpus", without_test),
+        mock.patch.object(translation, "read_training_corpus", without_test),
     ):
         every_pair = [] if "--max_eval_samples" in recipe else ["--max_eval_samples", "1000"]
         trained = [] if "--ema_decay" in recipe else ["--ema_decay", "0"]  # the trackers average beside it
