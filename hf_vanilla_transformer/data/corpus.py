@@ -16,12 +16,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from datasets import Dataset, DatasetDict, load_dataset
-from datasets.exceptions import DatasetGenerationError
+from datasets.exceptions import DatasetGenerationError, DatasetNotFoundError
 from tokenizers import Tokenizer
 from transformers import PreTrainedTokenizerFast
 from transformers.utils import logging
 
-from ..errors import InputError
+from ..errors import InputError, one_line
+from .folders import HUB_LOOKUP_SECONDS, connection_error
 from .formats import blank_mask, json_problem, read_files, resolve_files, row_location, text_lines
 
 
@@ -67,7 +68,7 @@ def load_parallel_corpus(
     """
     languages = (source_lang, target_lang)
     if dataset_name is not None:
-        hub = load_dataset(dataset_name, dataset_config_name)
+        hub = _load_hub_dataset(dataset_name, dataset_config_name)
         corpus = {split: (data, f"dataset {dataset_name!r} [{split}]", None, None) for split, data in hub.items()}
     else:
         files = {"train": train_file, "validation": validation_file, "test": test_file}
@@ -83,6 +84,37 @@ def load_parallel_corpus(
             for split, (data, origin, locate, blank) in corpus.items()
         }
     )
+
+
+def _load_hub_dataset(name: str, config: str | None) -> DatasetDict:
+    """`load_dataset(name, config)`, the Hub looked up once first: datasets retries an unreachable Hub for half a
+    minute, then raises a traceback. Failures to find or reach the dataset are one line naming the option."""
+    from huggingface_hub import HfApi, is_offline_mode
+    from huggingface_hub.errors import RepositoryNotFoundError
+
+    if not (Path(name).exists() or is_offline_mode()):  # offline, datasets reads its cache
+        try:
+            HfApi().dataset_info(name, timeout=HUB_LOOKUP_SECONDS)
+        except Exception as error:
+            if isinstance(error, RepositoryNotFoundError):
+                raise InputError(
+                    f"--dataset_name {name}: no such dataset on the Hub (or one your login can read)."
+                ) from None
+            if not connection_error(error):
+                raise
+            raise InputError(
+                f"--dataset_name {name}: the Hub cannot be reached ({type(error).__name__}: {one_line(error)}): give "
+                "local files (--train_file, --validation_file, --test_file), or set HF_HUB_OFFLINE=1 to read the "
+                "dataset from the datasets cache."
+            ) from None
+    try:
+        return load_dataset(name, config)
+    except ConnectionError as error:  # offline, and not in the datasets cache
+        raise InputError(f"--dataset_name {name}: {error}; offline, only the datasets cache is read.") from None
+    except (DatasetNotFoundError, FileNotFoundError) as error:
+        raise InputError(f"--dataset_name {name}: {one_line(error)}") from None
+    except ValueError as error:  # e.g. a config name the dataset lacks, listed by datasets
+        raise InputError(f"--dataset_name {name} --dataset_config_name {config}: {one_line(error)}") from None
 
 
 def _load_local(spec, languages, columns, option):

@@ -93,6 +93,7 @@ def settings_of(args):
     """The `Settings` of the command's options, checked (the API key file read) before anything loads."""
     from dataclasses import fields
 
+    from ..translate.backends import check_before_loading
     from .access import read_api_keys
     from .settings import Settings
 
@@ -105,6 +106,8 @@ def settings_of(args):
     settings = settings.prepared(args.workers, reserved=1)
     if settings.api_keys:
         read_api_keys(settings.api_keys)
+    if settings.model:  # what the engine would refuse at start-up, before the server starts
+        check_before_loading(settings.model, settings, settings)
     return settings
 
 

@@ -119,11 +119,7 @@ class Backend:
 
     def check_vmap(self) -> None:
         """Refuse `--use_vmap` where this engine has no vocabulary map, before any input is read."""
-        if not self.vmap_file:
-            raise InputError(
-                f"--use_vmap: no vocabulary map was loaded with the model (its folder has no {VMAP_NAME}; the PyTorch "
-                "engine also takes --vmap FILE). `distill` writes one for its student; docs/translate.md says how."
-            )
+        check_vmap_file(self.vmap_file)
 
 
 class TorchBackend(Backend):
@@ -154,13 +150,7 @@ class TorchBackend(Backend):
 
     def check_vmap(self) -> None:
         super().check_vmap()
-        if self.static_cache:
-            raise InputError("--use_vmap does not go with the static cache of --compile: give --compile never.")
-        if self.model.config.model_type not in VMAP_MODEL_TYPES:
-            raise InputError(
-                f"--use_vmap: the PyTorch engine restricts the output layer of {', '.join(VMAP_MODEL_TYPES)} models, "
-                f"not of {self.model.config.model_type} models; --backend ctranslate2 takes vocabulary maps."
-            )
+        check_vmap_model_type(self.model.config.model_type)
         if self.vmap is None:
             self.vmap = VocabularyMap.read(self.vmap_file, self.tokenizer, candidate_ids(self.base_generation_config))
 
@@ -264,11 +254,7 @@ def load_torch_backend(
     elif tokenizer is None:
         raise ValueError("A model object needs its `tokenizer`.")
     check_tokenizer_fits_model(tokenizer, model.config)
-    folder = Path(model.name_or_path) if model.name_or_path else None  # a model object may have no folder
-    if vmap is None and folder is not None and folder.is_dir() and (folder / VMAP_NAME).is_file():
-        vmap = str(folder / VMAP_NAME)
-    elif vmap is not None and not Path(vmap).is_file():
-        raise InputError(f"--vmap {vmap}: no such file.")
+    vmap = vmap_file(model.name_or_path or None, vmap)  # a model object may have no folder
     model = model.to(device, DTYPES[dtype]).eval()
     if int8:
         # A copy with every nn.Linear (the tied lm_head too, as its own int8 copy) holding int8 weights and
@@ -284,6 +270,63 @@ def load_torch_backend(
             model = torch.ao.quantization.quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8)
     static = uses_static_cache(compile, device, lines)
     return TorchBackend(model, tokenizer, model.generation_config, static, vmap)
+
+
+def vmap_file(folder: str | Path | None, vmap: str | None = None, ctranslate2: bool = False) -> str | None:
+    """The vocabulary map an engine loads for `--use_vmap`: `vmap` (`--vmap FILE`, the PyTorch engine's), else the
+    model folder's own where it has one."""
+    if vmap is not None and ctranslate2:
+        raise InputError(
+            f"--vmap {vmap}: CTranslate2 reads the {VMAP_NAME} of its model folder; copy the file there instead."
+        )
+    if vmap is not None:
+        if not Path(vmap).is_file():
+            raise InputError(f"--vmap {vmap}: no such file.")
+        return vmap
+    if folder is not None and (Path(folder) / VMAP_NAME).is_file():
+        return str(Path(folder) / VMAP_NAME)
+    return None
+
+
+def check_vmap_file(vmap: str | None) -> None:
+    if not vmap:
+        raise InputError(
+            f"--use_vmap: no vocabulary map was loaded with the model (its folder has no {VMAP_NAME}; the PyTorch "
+            "engine also takes --vmap FILE). `distill` writes one for its student; docs/translate.md says how."
+        )
+
+
+def check_vmap_model_type(model_type: str | None) -> None:
+    """The PyTorch engine computes a map's rows of the output layer for these models only (`VMAP_MODEL_TYPES`)."""
+    if model_type not in VMAP_MODEL_TYPES:
+        raise InputError(
+            f"--use_vmap: the PyTorch engine restricts the output layer of {', '.join(VMAP_MODEL_TYPES)} models, "
+            f"not of {model_type} models; --backend ctranslate2 takes vocabulary maps."
+        )
+
+
+def check_before_loading(model: str, engine, decoding) -> None:
+    """Refuse, from a model folder's small files (its generation config, tokenizer and vocabulary map), what loading
+    it with `engine` (`EngineOptions`) and decoding with `decoding` (`DecodeOptions`) would refuse: for the commands
+    whose model loads later or elsewhere (translate-corpus's workers, a service's start-up), so that they refuse before
+    Ray or the server starts. A Hub id is checked where it loads."""
+    folder = Path(resolve_model(model))
+    if not folder.is_dir():
+        return
+    if (folder / "generation_config.json").is_file():
+        base = GenerationConfig.from_pretrained(folder)
+    else:  # as the engines read such a folder
+        base = GenerationConfig()
+    generation_settings(base, decoding.generation, decoding.nbest)
+    if not decoding.use_vmap:
+        return
+    vmap = vmap_file(folder, engine.vmap, engine.backend == "ctranslate2")
+    check_vmap_file(vmap)
+    if engine.backend == "torch":
+        config = AutoConfig.from_pretrained(folder, trust_remote_code=engine.trust_remote_code)
+        check_vmap_model_type(config.model_type)
+    tokenizer = load_tokenizer(str(folder), trust_remote_code=engine.trust_remote_code)
+    VocabularyMap.read(vmap, tokenizer, candidate_ids(base))
 
 
 def generation_settings(base: GenerationConfig, overrides: dict, nbest: int) -> GenerationConfig:
@@ -402,10 +445,7 @@ def load_ctranslate2_backend(
     """A CTranslate2 model folder (`model.bin`) with its tokenizer files, or a transformers model folder converted on
     first use into a cache folder keyed by its weights. Decoding defaults come from `generation_config.json`."""
     ctranslate2 = import_extra("ctranslate2", "export", "--backend ctranslate2")
-    if vmap is not None:
-        raise InputError(
-            f"--vmap {vmap}: CTranslate2 reads the {VMAP_NAME} of its model folder; copy the file there instead."
-        )
+    vmap_file(None, vmap, ctranslate2=True)  # refused where given
     folder = Path(resolve_model(model_name))
     check_translation_folder(str(folder), ctranslate2=True)
     if not folder.is_dir():
@@ -436,8 +476,7 @@ def load_ctranslate2_backend(
         generation_config.bad_words_ids = banned or None
     config = None if source == folder else AutoConfig.from_pretrained(source, trust_remote_code=trust_remote_code)
     limit = max_source_length(tokenizer, config)
-    vmap_file = str(folder / VMAP_NAME) if (folder / VMAP_NAME).is_file() else None
-    backend = CTranslate2Backend(translator, tokenizer, generation_config, limit, vmap_file)
+    backend = CTranslate2Backend(translator, tokenizer, generation_config, limit, vmap_file(folder))
     backend.generation_config({}, 1)  # the folder's own settings, checked now
     return backend
 

@@ -45,6 +45,7 @@ def build_parser(prog: str):
 def main(argv: list[str], prog: str) -> int:
     args = build_parser(prog).parse_args(argv)
     from ..data.folders import check_output_dir, check_translation_folder, resolve_model
+    from .backends import check_before_loading
     from .corpus import BadRows, input_files, ray_module, translate_corpus
     from .ray_session import RaySession
 
@@ -54,6 +55,7 @@ def main(argv: list[str], prog: str) -> int:
     inputs = input_files(args.input)
     if "://" not in args.model:
         check_translation_folder(resolve_model(args.model), ctranslate2=engine.backend == "ctranslate2")
+        check_before_loading(args.model, engine, decoding)  # here, not in every worker
     if "://" not in args.output_dir:  # a folder that a rerun completes: not empty is fine, a file is not
         check_output_dir(args.output_dir, overwrite=True)
     session = RaySession(args.address, args.verbose)

@@ -34,8 +34,9 @@ fixed addresses (a CUDA graph is recorded again where they change, hence one cac
 The results are the dynamic cache's.
 
 Vocabulary map (`candidates`, see `data/vocabulary_map.py`). The batch chooses among these target ids only: the search
-runs over their positions in the list, from logits that the output layer computes for their rows alone, and its
-results are mapped back to token ids. Each setting of the generation config that names tokens is mapped likewise.
+runs over their positions in the list, from logits that the output layer computes for their rows alone (a step of its
+own after the decoder's, so with either cache), and its results are mapped back to token ids. Each setting of the
+generation config that names tokens is mapped likewise.
 """
 
 import copy
@@ -238,6 +239,7 @@ class _Search:
             self.processors.append(SuppressTokensLogitsProcessor(config.suppress_tokens, device=attention_mask.device))
         self.min_new_tokens = config.min_new_tokens or max((config.min_length or 0) - 1, 0)
         self.live = None  # static cache: the cache rows of the rows still decoding
+        self.compile_config, self.first_step = None, True  # static cache: its step compiled after the first
         self.candidates = None  # a vocabulary map's: the token ids of the positions the search chooses among
 
     def use_static_cache(self, cache: EncoderDecoderCache, compile_config: CompileConfig | None, sentences: int):
@@ -249,8 +251,7 @@ class _Search:
         self.sentences = self.sentences[:sentences]
         self.live = torch.arange(sentences * self.num_beams, device=device)
         self.tokens = torch.zeros(rows, dtype=torch.long, device=device)
-        self.step = self.model.get_compiled_call(compile_config) if compile_config is not None else self.model
-        self.first_step = True
+        self.compile_config = compile_config
 
     def use_candidates(self, candidates: torch.Tensor):
         """Choose among the tokens `candidates` only: the output layer's rows of those tokens (see the module's
@@ -258,41 +259,30 @@ class _Search:
         self.candidates, self.output_layer = candidates, _output_layer(self.model, candidates)
 
     def logits(self, tokens: torch.Tensor) -> torch.Tensor:
-        """(rows, vocab) float32 logits of the next token after `tokens` (rows,): (rows, candidates) with those."""
-        if self.candidates is not None:
-            outputs = self.model.base_model(
-                encoder_outputs=self.encoder_outputs,
-                attention_mask=self.attention_mask,
-                decoder_input_ids=self.candidates[tokens][:, None],
-                use_cache=True,
-                return_dict=True,
-                **{CACHE_NAME: self.cache},
-            )
-            self.cache = outputs[CACHE_NAME]
-            return self.output_layer(outputs.last_hidden_state[:, -1, :]).to(dtype=torch.float32)
-        if self.live is not None:
+        """(rows, vocab) float32 logits of the next token after `tokens` (rows,): (rows, candidates) with those.
+        One model call per step, the same for every cache, and the output layer as a step of its own where a
+        vocabulary map chooses its rows (the model's own forward otherwise, whatever its output layer does)."""
+        if self.live is not None:  # static cache: every row is computed, the live ones are read
             self.tokens[self.live] = tokens
-            forward = self.model if self.first_step else self.step
-            self.first_step = False
-            outputs = forward(
-                encoder_outputs=self.encoder_outputs,
-                attention_mask=self.attention_mask,
-                decoder_input_ids=self.tokens[:, None],
-                use_cache=True,
-                return_dict=True,
-                **{CACHE_NAME: self.cache},
-            )
-            return outputs.logits[self.live, -1, :].to(dtype=torch.float32)
-        outputs = self.model(
+            tokens = self.tokens
+        forward = self.model if self.candidates is None else self.model.base_model
+        if self.compile_config is not None and not self.first_step:  # (transformers keeps the compiled call)
+            forward = forward.get_compiled_call(self.compile_config)
+        self.first_step = False
+        outputs = forward(
             encoder_outputs=self.encoder_outputs,
             attention_mask=self.attention_mask,
-            decoder_input_ids=tokens[:, None],
+            decoder_input_ids=(tokens if self.candidates is None else self.candidates[tokens])[:, None],
             use_cache=True,
             return_dict=True,
             **{CACHE_NAME: self.cache},
         )
-        self.cache = outputs[CACHE_NAME]
-        return outputs.logits[:, -1, :].to(dtype=torch.float32)
+        if self.live is None:  # (a static cache is filled in place)
+            self.cache = outputs[CACHE_NAME]
+        rows = slice(None) if self.live is None else self.live
+        if self.candidates is None:
+            return outputs.logits[rows, -1, :].to(dtype=torch.float32)
+        return self.output_layer(outputs.last_hidden_state[rows, -1, :]).to(dtype=torch.float32)
 
     def process(self, sequences: torch.Tensor, scores: torch.Tensor, step: int, at_limit: torch.Tensor):
         """The scores of the next token after `sequences` (rows, decoder start + `step` tokens), processed; rows

@@ -568,6 +568,10 @@ def test_decoding_options_that_make_nonsense_are_one_line_in_every_command_befor
         ((translate, corpus, distill), ["--num_beams", "2", "--nbest", "3"], "--nbest 3 needs --num_beams 3 or more"),
         ((translate, corpus, serve), ["--do_sample", "--temperature", "0"], "--temperature must be above 0, got 0.0"),
         ((translate, corpus), ["--do_sample", "--nbest", "3"], "--nbest 3 needs beam search"),
+        # against the model's own beam (its generation config's; distill's teacher decodes with 4)
+        ((translate, corpus), ["--nbest", "2"], "--nbest 2 needs --num_beams 2 or more"),
+        ((distill,), ["--nbest", "5"], "--nbest 5 needs --num_beams 5 or more"),
+        ((translate, corpus, serve), ["--use_vmap"], "--use_vmap: no vocabulary map was loaded with the model"),
     ):
         for argv in commands:
             assert expected in one_line_error(capsys, *argv, *options), (argv, options)
@@ -814,3 +818,37 @@ def test_verify_export_refuses_a_comparison_that_proves_nothing(capsys):  # row 
     with pytest.raises(InputError, match=r"translates all 3 test lines to empty outputs \(greedy decoding\)"):
         check_comparable("model", "greedy", [[], [], []], ["a", "b", "c"], texts_of=None)
     check_comparable("model", "greedy", [[5, 6], [5, 6]], ["a", "a"], texts_of=None)  # one line twice: comparable
+
+
+def test_a_hub_dataset_that_cannot_be_had_is_one_line_without_retries(capsys, trained, tmp_path, monkeypatch):
+    import huggingface_hub
+    from huggingface_hub import HfApi
+    from huggingface_hub.errors import RepositoryNotFoundError
+
+    commands = (
+        ["train", "translation", "--output_dir", tmp_path / "run"],
+        ["vocabulary-map", "--model", trained, "--source_lang", "de", "--target_lang", "en"],
+    )
+    for argv in commands:  # offline (as these tests run), with no copy in the datasets cache
+        error = one_line_error(capsys, *argv, "--dataset_name", "someone/no-such-corpus")
+        assert "--dataset_name someone/no-such-corpus: " in error and "only the datasets cache is read" in error
+    lookups = []
+
+    def unreachable(self, name, timeout):
+        lookups.append(timeout)
+        raise ConnectionError("Name or service not known")
+
+    monkeypatch.setattr(huggingface_hub, "is_offline_mode", lambda: False)
+    monkeypatch.setattr(HfApi, "dataset_info", unreachable)
+    for argv in commands:
+        error = one_line_error(capsys, *argv, "--dataset_name", "wmt14")
+        assert "--dataset_name wmt14: the Hub cannot be reached (ConnectionError: Name or service not known)" in error
+        assert "set HF_HUB_OFFLINE=1 to read the dataset from the datasets cache" in error
+    assert lookups == [10, 10]  # one lookup each, no retries
+
+    def not_found(self, name, timeout):
+        raise RepositoryNotFoundError.__new__(RepositoryNotFoundError)
+
+    monkeypatch.setattr(HfApi, "dataset_info", not_found)
+    assert "no such dataset on the Hub" in one_line_error(capsys, *commands[0], "--dataset_name", "wmt41")
+    assert not (tmp_path / "run").exists()

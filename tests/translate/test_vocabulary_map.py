@@ -165,13 +165,23 @@ def test_the_torch_engine_chooses_the_tokens_ctranslate2_chooses(mapped_model, t
     ]  # the map changed some translations: the comparison above is of the maps' searches
 
 
+@pytest.mark.parametrize("options", [GREEDY, BEAM], ids=["greedy", "beam"])
+def test_the_static_cache_decodes_with_a_map_as_the_dynamic_cache(mapped_model, options):
+    dynamic, static = (
+        load_translator(str(mapped_model), EngineOptions(device="cpu", compile=compile))
+        for compile in ("never", "always")
+    )
+    assert static.backend.static_cache and not dynamic.backend.static_cache
+    lines = [pair[0] for pair in short_pairs(60)[30:]]
+    ours, theirs = (engine.translate(lines, options) for engine in (static, dynamic))
+    assert [r.hypotheses[0].tokens for r in ours] == [r.hypotheses[0].tokens for r in theirs]
+    assert [r.hypotheses[0].score for r in ours] == pytest.approx([r.hypotheses[0].score for r in theirs], abs=1e-4)
+
+
 def test_misuses_are_refused_in_one_line(mapped_model, tmp_path):
     translator = load_translator(str(tiny_translator_dir()), EngineOptions(device="cpu"))
     with pytest.raises(InputError, match=f"--use_vmap: no vocabulary map .*has no {VMAP_NAME}"):
         translator.translate(["Hallo"], GREEDY)
-    static = load_translator(str(mapped_model), EngineOptions(device="cpu", compile="always"))
-    with pytest.raises(InputError, match="--use_vmap does not go with the static cache of --compile"):
-        static.translate(["Hallo"], GREEDY)
     pytest.importorskip("ctranslate2")
     with pytest.raises(InputError, match="CTranslate2 reads the vmap.txt of its model folder"):
         load_translator(str(mapped_model), EngineOptions(backend="ctranslate2", vmap=str(mapped_model / VMAP_NAME)))
