@@ -54,6 +54,7 @@ from ..recipes.common import run_recipe
 from ..recipes.translation import DataArguments, parse_args
 from ..training.checkpoints import checkpoint_folders, last_complete_checkpoint, verify_checkpoint
 from ..training.report import read_run_report
+from ..translate.backends import check_before_loading
 from ..translate.corpus import DEFAULT_SHARD_ROWS, translate_corpus
 from ..translate.options import DecodeOptions, EngineOptions, add_arguments, default_threads
 from ..translate.ray_session import RaySession
@@ -238,7 +239,10 @@ class Distillation:
         self.tokenizer = load_tokenizer(str(self.teacher), "--teacher")
         self.engine = EngineOptions.of(args).prepared(processes=None)
         decoding = DecodeOptions.of(args)
+        if decoding.num_beams == 1:  # the teacher's greedy search: distill's default early stopping has no beams
+            decoding = dataclasses.replace(decoding, early_stopping=None)
         self.decoding = dataclasses.replace(decoding, split_sentences=False, source_lang=data_args.source_lang)
+        check_before_loading(str(self.teacher), self.engine, self.decoding)  # not in Ray's workers
         teacher_config = VanillaTransformerConfig.from_pretrained(self.teacher)
         self.length_penalty = self.decoding.length_penalty
         if self.length_penalty is None:
@@ -308,7 +312,7 @@ class Distillation:
         training = option_values(self.recipe)
         steps = [
             Step("corpus", corpus, self.write_corpus),
-            Step("teacher-translations", teacher, self.translate, resumes=True),
+            Step("teacher-translations", teacher, self.translate, resumes=True, kept=self.translated),
             Step("distilled", distilled, self.distill),
             Step("student-init", student, self.build_student),
             self.training_step("student", training, self.path("distilled", "train.jsonl")),
@@ -347,6 +351,10 @@ class Distillation:
             )
         print(f"{self.prog}: teacher-translations: {summary.line()}", file=sys.stderr)
         return dict(**dataclasses.asdict(summary), sentences_per_second=round(summary.rate, 2))
+
+    def translated(self) -> bool:
+        """Whether an earlier run left complete shards of the teacher's translations."""
+        return any(self.path("teacher-translations").glob("*.parquet"))
 
     def distill(self) -> dict:
         shards = sorted(self.path("teacher-translations").glob("*.parquet"))

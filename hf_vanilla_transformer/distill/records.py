@@ -24,7 +24,9 @@ class Step:
     (default: the folder named after it). `resumes`: whether its run continues from what an interrupted one left
     there; the others write their outputs whole (`writes_folder`), so finding some of them without a record of their
     completion means a run ended between the two, and nothing tells whether they are complete. `check()`, before the
-    record changes, refuses what an interrupted run left that this one cannot resume from."""
+    record changes, refuses what an interrupted run left that this one cannot resume from. `kept()`: whether what a
+    failed or interrupted run left holds work that a rerun keeps (default: any of its outputs is there); where not,
+    a rerun may take other settings, and starts the step afresh."""
 
     name: str
     settings: dict
@@ -32,6 +34,7 @@ class Step:
     outputs: tuple[str, ...] = ()
     resumes: bool = False
     check: Callable[[], None] = lambda: None
+    kept: Callable[[], bool] | None = None
 
     def __post_init__(self):
         self.outputs = self.outputs or (self.name,)
@@ -69,6 +72,10 @@ class Steps:
     def left(self, step: Step) -> list[Path]:
         return [self.output_dir / output for output in step.outputs if (self.output_dir / output).exists()]
 
+    def keeps(self, step: Step) -> bool:
+        """Whether what an earlier run of `step` left holds work (see `Step.kept`)."""
+        return step.kept() if step.kept and self.left(step) else bool(self.left(step))
+
     def check(self, steps: list[Step]) -> None:
         """Before any work: refuse an output folder that holds something else, outputs without a record, and settings
         other than those of a step's existing result."""
@@ -89,7 +96,7 @@ class Steps:
                         "away, or choose another --output_dir."
                     )
                 continue
-            if not (record["complete"] or left):
+            if not (record["complete"] or self.keeps(step)):
                 continue  # nothing of it is kept: this run starts it with its own settings
             for name, before, now in differences(record["settings"], step.settings):
                 raise InputError(
@@ -107,6 +114,9 @@ class Steps:
         for partial in self.output_dir.glob(".*.partial"):  # a folder that a killed step was writing
             if partial.name.startswith(tuple(f".{Path(output).name}-" for output in step.outputs)):
                 shutil.rmtree(partial, ignore_errors=True)
+        if not self.keeps(step):  # an earlier run's files without work in them (a failure at its start)
+            for path in self.left(step):
+                shutil.rmtree(path) if path.is_dir() else path.unlink()
         left = self.left(step)
         if left and not step.resumes:
             raise InputError(

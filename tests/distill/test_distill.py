@@ -21,6 +21,7 @@ from hf_vanilla_transformer import VanillaTransformerForConditionalGeneration, c
 from hf_vanilla_transformer.data.tokenizer import train_shared_bpe_tokenizer
 from hf_vanilla_transformer.distill.pipeline import teacher_length
 from hf_vanilla_transformer.distill.student import StudentSizes, build_student, layers_to_copy, student_config
+from hf_vanilla_transformer.errors import InputError
 from tests.helpers import ROOT, free_port, short_pairs, tiny_config, tiny_translator_dir, write_jsonl
 
 
@@ -461,3 +462,42 @@ def test_the_hypothesis_closest_to_the_reference_is_kept_and_each_filter_counts_
     folder.mkdir()
     counts = distill_pairs(shards, folder, ("de", "en"), tokenizer, 1.0, 3.0, 0.25, None)
     assert counts["dropped"]["score"] == 1 and "Komm." not in (folder / "train.jsonl").read_text()
+
+
+def test_a_step_that_failed_before_keeping_any_work_may_be_rerun_with_other_settings(tmp_path):
+    """A teacher step whose workers refused their options leaves a folder without shards: no dead end."""
+    from hf_vanilla_transformer.distill.records import Step, Steps
+
+    output = tmp_path / "run"
+    records = Steps(output)
+
+    def failing():
+        (output / "shards").mkdir(parents=True)
+        (output / "shards" / "_settings.json").write_text("{}")
+        raise RuntimeError("the workers refused their options")
+
+    def shards_kept():
+        return any((output / "shards").glob("*.parquet"))
+
+    first = Step("shards", {"--num_beams": 1, "--early_stopping": True}, failing, resumes=True, kept=shards_kept)
+    with pytest.raises(RuntimeError):
+        records.run(first)
+    second = Step("shards", {"--num_beams": 1}, lambda: {"rows": 1}, resumes=True, kept=shards_kept)
+    records.check([second])  # nothing of the first run is kept: its settings bind nothing
+    assert records.run(second) == {"rows": 1}
+    assert not (output / "shards").exists()  # the files without work are gone
+    (output / "shards").mkdir()
+    (output / "shards" / "000.parquet").write_text("kept")
+    records.write("shards", dict(settings=second.settings, complete=False, attempts=1))
+    with pytest.raises(InputError, match="its shards step was made with --num_beams 1; this run gives 4"):
+        records.check([Step("shards", {"--num_beams": 4}, lambda: {}, resumes=True, kept=shards_kept)])
+
+
+def test_a_greedy_teacher_is_taken_without_the_beam_searchs_early_stopping(tmp_path):
+    from hf_vanilla_transformer.distill.pipeline import Distillation, parse
+
+    argv = ["--teacher", str(tiny_translator_dir()), "--output_dir", str(tmp_path / "run"), "--num_beams", "1"]
+    run = Distillation(*parse([*argv, "--nbest", "1"], "distill"), "distill")
+    assert (run.decoding.num_beams, run.decoding.nbest, run.decoding.early_stopping) == (1, 1, None)
+    with pytest.raises(InputError, match="--nbest 4 needs --num_beams 4 or more"):
+        Distillation(*parse(argv, "distill"), "distill")

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from scripts import benchmark_serve
+from scripts import benchmark_serve, serve_memory
 from tests.helpers import serving_model_dir
 
 
@@ -32,3 +32,13 @@ def test_the_benchmark_drives_each_server_and_reports_levels_soak_and_targets(tm
     }
     assert results["targets"]["failed requests of this server = 0"]["met"]
     assert "| target | measured | met |" in capsys.readouterr().out
+
+
+def test_the_memory_benchmark_sends_requests_of_distinct_options_and_samples_the_servers_memory(tmp_path, capsys):
+    output = tmp_path / "memory.json"
+    arguments = ["--model", str(serving_model_dir()), "--requests", "40", "--baseline", "10", "--every", "20"]
+    results = serve_memory.main([*arguments, "--output_json", str(output), "--log", str(tmp_path / "serve.log")])
+    assert json.loads(output.read_text()) == json.loads(json.dumps(results))
+    assert results["failed"] == 0 and set(results["rss_mb"]) == {10, 20, 40}
+    assert results["growth_mb"] == round(results["rss_mb"][40] - results["rss_mb"][10], 1)
+    assert "RSS" in capsys.readouterr().out
