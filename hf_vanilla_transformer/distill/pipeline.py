@@ -67,9 +67,10 @@ from .student import INITS, PRESETS, StudentSizes, build_student, check_copy, pa
 
 # The translation options that are not the teacher's to take here: the recipe's own --seed, --max_tokens and
 # --source_lang have those names, a corpus line is one sentence, distillation decodes by beam search, and over the
-# whole vocabulary (the vocabulary map is made from its output).
+# whole vocabulary (the vocabulary map is made from its output), without terms.
 NOT_TEACHER_OPTIONS = ("seed", "max_tokens", "source_lang", "split_sentences", "batch_size")
-NOT_TEACHER_OPTIONS += ("do_sample", "temperature", "top_k", "top_p", "use_vmap", "vmap")
+NOT_TEACHER_OPTIONS += ("do_sample", "temperature", "top_k", "top_p", "use_vmap", "vmap", "glossary")
+NOT_TEACHER_OPTIONS += ("glossary_ignore_case",)
 # The teacher's beam and n best: the paper's beam search (the demo's own; early stopping, which CTranslate2 runs too),
 # and every hypothesis of it, which beam search has anyway, for the chrF selection (docs/distillation.md).
 TEACHER_DECODING = dict(num_beams=4, nbest=4, early_stopping=True)

@@ -32,6 +32,7 @@ from ..model.configuration_vanilla_transformer import (
     target_positions,
 )
 from ..model.pipeline_translation import check_tokenizer_fits_model, max_source_length
+from .constrained import decode_constrained, holds
 from .decoding import candidate_ids, check_settings, decode, static_cache
 from .io import make_batches
 
@@ -58,6 +59,10 @@ class Hypothesis:
     reached_limit: bool  # stopped by the length limit before the model produced EOS
 
 
+GLOSSARY_NEEDS_TORCH = (
+    "--glossary needs the PyTorch engine (--backend torch), whose search places the terms: CTranslate2 has no "
+    "constrained search."
+)
 # What a translator keeps per distinct decoding (resolved options, CTranslate2's call options, static caches), the most
 # recently used: a service makes them from each request's fields, so a client could otherwise grow the process.
 KEPT_DECODINGS = 64
@@ -121,6 +126,11 @@ class Backend:
         """Refuse `--use_vmap` where this engine has no vocabulary map, before any input is read."""
         check_vmap_file(self.vmap_file)
 
+    def check_glossary(self) -> None:
+        """Refuse a glossary where this engine cannot search under its terms (CTranslate2 has no constrained search;
+        its `target_prefix` forces a prefix only)."""
+        raise InputError(GLOSSARY_NEEDS_TORCH)
+
 
 class TorchBackend(Backend):
     """A model with its tokenizer on this package's search (`decoding.py`): one new-token limit per sentence, the
@@ -147,6 +157,9 @@ class TorchBackend(Backend):
         self.eos_ids = set(token_ids(generation_config.eos_token_id))
         self.max_position_embeddings = target_positions(model.config, generation_config)
         self.generation_config({}, 1)  # the model's own settings, checked now
+
+    def check_glossary(self) -> None:
+        pass
 
     def check_vmap(self) -> None:
         super().check_vmap()
@@ -184,11 +197,19 @@ class TorchBackend(Backend):
 
     @torch.inference_mode()
     def generate(
-        self, sources: list[list[int]], limit: Callable[[int], int], decoding, scores: bool = True, seed: int = 0
+        self,
+        sources: list[list[int]],
+        limit: Callable[[int], int],
+        decoding,
+        scores: bool = True,
+        seed: int = 0,
+        terms: list[list[list[int]]] | None = None,
     ) -> list[list[Hypothesis]]:
         """The `decoding.nbest` best hypotheses of each source (token ids with EOS) under `decoding`'s search, at most
         `limit(len(source))` new tokens each. A static cache decodes the batch in its `static_shape`, filled up with
-        copies of the first source."""
+        copies of the first source. `terms`: per source, the token ids of the target terms each of its hypotheses
+        must hold: the sources whose hypotheses lack one are decoded again by the constrained search
+        (`constrained.py`), the others keep their results, exactly as without terms."""
         limits = [limit(len(s)) for s in sources]
         candidates = None
         if decoding.options.use_vmap:
@@ -217,6 +238,24 @@ class TorchBackend(Backend):
             compile_config=self.compile_config,
             candidates=candidates,
         )
+        redo = [
+            i
+            for i, wanted in enumerate(terms or ())
+            if wanted and not all(holds(ids, term) for ids, _ in decoded[i] for term in wanted)
+        ]
+        if redo:
+            again = decode_constrained(
+                self.model,
+                input_ids[redo],
+                attention_mask[redo],
+                [limits[i] for i in redo],
+                decoding.generation_config,
+                decoding.nbest,
+                [terms[i] for i in redo],
+                candidates=candidates,
+            )
+            for i, hypotheses in zip(redo, again):
+                decoded[i] = hypotheses
         return [
             [
                 Hypothesis(ids, token_scores if scores else [], not ids or ids[-1] not in self.eos_ids)
@@ -318,6 +357,8 @@ def check_before_loading(model: str, engine, decoding) -> None:
     else:  # as the engines read such a folder
         base = GenerationConfig()
     generation_settings(base, decoding.generation, decoding.nbest)
+    if decoding.glossary is not None and engine.backend == "ctranslate2":
+        raise InputError(GLOSSARY_NEEDS_TORCH)
     if not decoding.use_vmap:
         return
     vmap = vmap_file(folder, engine.vmap, engine.backend == "ctranslate2")
@@ -392,7 +433,13 @@ class CTranslate2Backend(Backend):
         )
 
     def generate(
-        self, sources: list[list[int]], limit: Callable[[int], int], decoding, scores: bool = True, seed: int = 0
+        self,
+        sources: list[list[int]],
+        limit: Callable[[int], int],
+        decoding,
+        scores: bool = True,
+        seed: int = 0,
+        terms: None = None,  # refused (`check_glossary`)
     ) -> list[list[Hypothesis]]:
         eos = self.tokenizer.eos_token
         tokens = [self.tokenizer.convert_ids_to_tokens(s) for s in sources]

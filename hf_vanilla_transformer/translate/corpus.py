@@ -41,7 +41,7 @@ logger = logging.get_logger(__name__)
 
 FORMATS = {".parquet": "parquet", ".jsonl": "jsonl", ".json": "jsonl", ".ndjson": "jsonl"}  # others: text
 OUTPUT_FORMATS = ("parquet", "jsonl")
-ADDED = ("translation", "score", "nbest")
+ADDED = ("translation", "score", "nbest", "missing_terms")
 DEFAULT_SHARD_ROWS = 10_000
 MANIFEST = "_translate_corpus.json"
 # Inputs of at most this many bytes are read through and checked before anything is written (and Ray started); larger
@@ -320,8 +320,8 @@ def descriptor(shard: Shard, problem: str | None = None) -> dict:
 
 
 def translated(translator, decoding: DecodeOptions, table, column: str):
-    """`table` with `translation` and `score` (and `nbest`, a list of {text, score}, when n > 1) added; and the
-    sentences translated. A null text is translated as an empty one."""
+    """`table` with `translation` and `score` (and `nbest`, a list of {text, score}, when n > 1; `missing_terms` with
+    a glossary) added; and the sentences translated. A null text is translated as an empty one."""
     texts = ["" if text is None else text for text in table.column(column).to_pylist()]
     results = translator.translate(texts, decoding)
     best = [t.hypotheses[0] if t.hypotheses else None for t in results]
@@ -331,6 +331,9 @@ def translated(translator, decoding: DecodeOptions, table, column: str):
         nbest = [[{"text": h.text, "score": h.score} for h in t.hypotheses] for t in results]
         kind = pa.list_(pa.struct([("text", pa.string()), ("score", pa.float64())]))
         table = table.append_column("nbest", pa.array(nbest, kind))
+    if decoding.glossary is not None:  # the glossary's target terms that did not fit (the best translation's)
+        missing = [h.missing_terms if h else [] for h in best]
+        table = table.append_column("missing_terms", pa.array(missing, pa.list_(pa.string())))
     return table, sum(t.parts for t in results)
 
 

@@ -1,5 +1,6 @@
 """`hf-vanilla-transformer translate-corpus`: `corpus.translate_corpus` on a local Ray or a cluster."""
 
+import dataclasses
 import os
 import sys
 
@@ -51,6 +52,8 @@ def main(argv: list[str], prog: str) -> int:
 
     check_minimums(MINIMUMS, args)
     engine, decoding = EngineOptions.of(args).prepared(processes=None), DecodeOptions.of(args)
+    # The glossary's terms travel to the workers, which may not see this machine's files.
+    decoding = dataclasses.replace(decoding, glossary=decoding.loaded_glossary())
     ray_module()  # the extra installed, before anything is read
     inputs = input_files(args.input)
     if "://" not in args.model:

@@ -98,7 +98,7 @@ APPLIED = {
     "transformers_version",
     FIELD,
 }
-_NEG = -1.0e9  # the score of a candidate that may not be chosen: finite, so sums of such scores stay ordered
+NEG = -1.0e9  # the score of a candidate that may not be chosen: finite, so sums of such scores stay ordered
 
 
 def check_settings(model, generation_config: GenerationConfig) -> None:
@@ -137,8 +137,8 @@ def decode(
     `candidates`: the sorted token ids the batch chooses among (a vocabulary map's), with every id `config` names."""
     config, device = generation_config, input_ids.device
     if candidates is not None:
-        config = _in_candidates(config, candidates)
-    search = _Search(
+        config = in_candidates(config, candidates)
+    search = Search(
         model,
         model.get_encoder()(input_ids=input_ids, attention_mask=attention_mask, return_dict=True),
         attention_mask,
@@ -170,7 +170,7 @@ def candidate_ids(config: GenerationConfig) -> set[int]:
     return {*ends, *(i for i in named if i is not None)}
 
 
-def _in_candidates(config: GenerationConfig, candidates: list[int]) -> GenerationConfig:
+def in_candidates(config: GenerationConfig, candidates: list[int]) -> GenerationConfig:
     """`config` with the token ids it names replaced by their positions among `candidates`; bans of tokens that are no
     candidates, which cannot be chosen anyway, are left out."""
     position = {token: i for i, token in enumerate(candidates)}
@@ -213,7 +213,7 @@ def _rows(outputs, select):
     return type(outputs)(**{name: select(value) for name, value in outputs.items()})
 
 
-class _Search:
+class Search:
     """The sentences still decoding: their encoder output, source masks and key/value cache, num_beams rows each, and
     the logits processors of the generation config.
 
@@ -361,7 +361,7 @@ def _sample(logits: torch.Tensor, config: GenerationConfig, generator: torch.Gen
     return torch.multinomial(logits.softmax(-1), 1, generator=generator).squeeze(1)
 
 
-def _greedy_or_sample(search: _Search, start, eos, limits, config: GenerationConfig, generator):
+def _greedy_or_sample(search: Search, start, eos, limits, config: GenerationConfig, generator):
     b, device, longest = start.shape[0], start.device, int(limits.max())
     sequences = torch.zeros((b, longest + 1), dtype=torch.long, device=device)
     sequences[:, 0] = start
@@ -395,7 +395,7 @@ def _greedy_or_sample(search: _Search, start, eos, limits, config: GenerationCon
     return results
 
 
-def _beam_search(search: _Search, start, eos, limits, config: GenerationConfig, nbest: int):
+def _beam_search(search: Search, start, eos, limits, config: GenerationConfig, nbest: int):
     """Beam search as the module's docstring ranks it. Shapes: b sentences still decoding, k beams, K candidates kept
     per step, T positions (the decoder start token and the longest limit)."""
     b, k, device = start.shape[0], search.num_beams, start.device
@@ -407,10 +407,10 @@ def _beam_search(search: _Search, start, eos, limits, config: GenerationConfig, 
     running = torch.zeros((b, k, T), dtype=torch.long, device=device)
     running[:, :, 0] = start[:, None]
     running_scores = torch.zeros((b, k), device=device)
-    running_scores[:, 1:] = _NEG  # the k beams start as one hypothesis
+    running_scores[:, 1:] = NEG  # the k beams start as one hypothesis
     running_token_scores = torch.zeros((b, k, T - 1), device=device)
     finished, finished_token_scores = running.clone(), running_token_scores.clone()
-    finished_scores = torch.full((b, k), _NEG, device=device)
+    finished_scores = torch.full((b, k), NEG, device=device)
     finished_lengths = torch.zeros((b, k), dtype=torch.long, device=device)
     is_finished = torch.zeros((b, k), dtype=torch.bool, device=device)
     can_improve = torch.ones((b, 1), dtype=torch.bool, device=device)
@@ -433,7 +433,7 @@ def _beam_search(search: _Search, start, eos, limits, config: GenerationConfig, 
         ends = torch.isin(candidates[:, :, length], eos) | (length >= limits[:, None])
 
         # The k best candidates that go on.
-        running_candidate_scores = top_scores + ends.to(torch.float32) * _NEG
+        running_candidate_scores = top_scores + ends.to(torch.float32) * NEG
         following = torch.topk(running_candidate_scores, k=k)[1]
         running = torch.take_along_dim(candidates, following[:, :, None], dim=1)
         running_scores = torch.take_along_dim(running_candidate_scores, following, dim=1)
@@ -443,9 +443,9 @@ def _beam_search(search: _Search, start, eos, limits, config: GenerationConfig, 
         # The k best finished hypotheses, ranked by score / length ** length_penalty.
         just_finished = ends & may_finish[None, :]
         scores = top_scores / (length**length_penalty)
-        scores += (is_finished.all(-1, keepdim=True) & (early_stopping is True)).to(torch.float32) * _NEG
-        scores += (~can_improve).to(torch.float32) * _NEG
-        scores += (~just_finished) * _NEG
+        scores += (is_finished.all(-1, keepdim=True) & (early_stopping is True)).to(torch.float32) * NEG
+        scores += (~can_improve).to(torch.float32) * NEG
+        scores += (~just_finished) * NEG
         best = torch.topk(torch.cat((finished_scores, scores), dim=1), k=k)[1]
         finished = torch.take_along_dim(torch.cat((finished, candidates), dim=1), best[:, :, None], dim=1)
         finished_token_scores = torch.take_along_dim(
@@ -461,7 +461,7 @@ def _beam_search(search: _Search, start, eos, limits, config: GenerationConfig, 
         # Whether the best live hypothesis could still beat the worst finished one.
         reachable = T - 1 if early_stopping == "never" and length_penalty > 0.0 else length - 1
         best_running = running_scores[:, :1] / (reachable**length_penalty)
-        worst_finished = torch.where(is_finished, finished_scores.min(dim=1, keepdim=True)[0], _NEG)
+        worst_finished = torch.where(is_finished, finished_scores.min(dim=1, keepdim=True)[0], NEG)
         can_improve = can_improve & (best_running > worst_finished).any(-1, keepdim=True)
 
         # What ends a sentence keeps its finished list as it is from then on (no candidate can enter it), so a

@@ -6,7 +6,7 @@ import math
 import os
 import sys
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..data.folders import write_whole
@@ -23,6 +23,7 @@ class TextHypothesis:
     token_scores: list[float]  # natural-log probability of each token
     score: float | None  # sum(token_scores) / len(tokens) ** length_penalty, beam search's ranking score
     reached_length_limit: bool
+    missing_terms: list[str] = field(default_factory=list)  # a glossary's target terms that did not fit
 
 
 @dataclass
@@ -174,7 +175,7 @@ def _record(h: TextHypothesis) -> dict:
         "tokens": h.tokens,
         "token_scores": [_rounded(s) for s in h.token_scores],
         "reached_length_limit": h.reached_length_limit,
-    }
+    } | ({"missing_terms": h.missing_terms} if h.missing_terms else {})
 
 
 # ------------------------------------------------------------------------------------------------ resume state

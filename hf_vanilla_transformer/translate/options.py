@@ -10,10 +10,12 @@ lines, with their defaults and help. `EngineOptions` are what loading a model ne
 """
 
 import argparse
+import functools
 import math
 import os
 from dataclasses import dataclass, field, fields, replace
 
+from ..data.glossary import Glossary
 from ..errors import InputError, check_at_least, import_extra
 
 
@@ -144,6 +146,15 @@ class DecodeOptions(Options):
         "shortlist, as CTranslate2's use_vmap): faster where the output layer is a large share of the work",
         action="store_true",
     )
+    glossary: str | Glossary | None = option(
+        "decoding",
+        help="a TSV file of source and target terms: each sentence's translation holds the target terms of the source "
+        "terms it contains (constrained beam search; PyTorch engine; docs/translate.md, Glossaries)",
+        metavar="FILE",
+    )
+    glossary_ignore_case: bool = option(
+        "decoding", False, "match the glossary's source terms in any case", action="store_true"
+    )
     # How lines become sentences.
     split_sentences: bool = option(
         "sentences",
@@ -163,6 +174,13 @@ class DecodeOptions(Options):
     # Batching: length-sorted batches of at most max_tokens padded source tokens (and batch_size sentences).
     max_tokens: int = option("batching", DEFAULT_MAX_TOKENS, "padded source tokens per batch", minimum=1, type=int)
     batch_size: int | None = option("batching", help="sentences per batch", minimum=1, type=int)
+
+    def loaded_glossary(self) -> Glossary | None:
+        """The glossary, read once per file (and its size and time), or as given."""
+        if self.glossary is None or isinstance(self.glossary, Glossary):
+            return self.glossary
+        stat = os.stat(self.glossary) if os.path.isfile(self.glossary) else None
+        return _read_glossary(self.glossary, self.glossary_ignore_case, stat and (stat.st_size, stat.st_mtime_ns))
 
     @property
     def generation(self) -> dict:
@@ -190,12 +208,21 @@ class DecodeOptions(Options):
             raise InputError(
                 f"--nbest {self.nbest} needs beam search: sampling draws one translation per line (drop --do_sample)."
             )
+        if self.glossary is not None and self.do_sample:
+            raise InputError("--glossary places its terms by beam search: drop --do_sample.")
+        if self.glossary is not None:
+            self.loaded_glossary()  # a bad file is refused now, naming its line
         if self.num_beams is not None and self.nbest > self.num_beams:
             raise InputError(
                 f"--nbest {self.nbest} needs --num_beams {self.nbest} or more (beam search keeps num_beams "
                 "hypotheses)."
             )
         return self
+
+
+@functools.lru_cache(maxsize=8)
+def _read_glossary(path: str, ignore_case: bool, stamp) -> Glossary:
+    return Glossary.read(path, ignore_case)
 
 
 def add_arguments(parser: argparse.ArgumentParser, exclude: tuple[str, ...] = (), **defaults) -> None:

@@ -24,6 +24,7 @@ import torch
 from transformers import GenerationConfig
 from transformers.utils import logging
 
+from ..data.glossary import Glossary
 from ..errors import InputError
 from ..model.configuration_vanilla_transformer import max_new_tokens_for
 from .backends import Hypothesis, kept, load_ctranslate2_backend, load_torch_backend, sequence_score
@@ -97,7 +98,29 @@ class Translator:
             (default_a if b is None else 0.0) if a is None else a,
             default_b if b is None else b,
             options.source_lang or self.trained_on.source_lang,
+            self._terms(options.loaded_glossary()),
         )
+
+    def _terms(self, glossary: Glossary | None) -> "Terms | None":
+        """The glossary with each target term's token ids, checked against the model."""
+        if glossary is None:
+            return None
+        self.backend.check_glossary()
+        targets = list(dict.fromkeys(target for _, target in glossary.terms))  # (a glossary has at least one)
+        encoded = self.tokenizer(text_target=targets, add_special_tokens=False, verbose=False)["input_ids"]
+        longest = self.backend.max_position_embeddings
+        for target, ids in zip(targets, encoded):
+            if not ids or self.tokenizer.unk_token_id in ids:
+                raise InputError(
+                    f"{glossary.name}: the target term {shown(target)} has characters that the model's vocabulary "
+                    "lacks (its tokenizer makes them unknown tokens): it cannot be written."
+                )
+            if longest and len(ids) >= longest:
+                raise InputError(
+                    f"{glossary.name}: the target term {shown(target)} is {len(ids)} tokens, as long as or longer "
+                    f"than the model's {longest} target positions."
+                )
+        return Terms(glossary, dict(zip(targets, encoded)))
 
     def settings(self, options: DecodeOptions | None = None) -> dict:
         """What decides the output, as resume files record it (a resumed run must decode as the first did)."""
@@ -131,7 +154,10 @@ class Translator:
         batches = self.backend.batches(
             [len(ids) for _, ids in pieces], decoding.options.max_tokens, decoding.options.batch_size
         )
-        return Work(lines, decoding, encoded, pieces, batches)
+        terms = None
+        if decoding.terms is not None:
+            terms = [decoding.terms.glossary.targets(text) for line in encoded for text in line.texts]
+        return Work(lines, decoding, encoded, pieces, batches, terms)
 
     def run(
         self,
@@ -154,6 +180,7 @@ class Translator:
                 decoding,
                 scores=scores,
                 seed=decoding.options.seed + 1_000_003 * first_line + number,
+                terms=None if work.terms is None else [decoding.terms.ids(work.terms[j]) for j in batch],
             )
             results.update(zip(batch, hypotheses))
             if on_batch is not None:
@@ -173,7 +200,15 @@ class Translator:
         by_line = [[] for _ in work.lines]
         for j, (i, _) in enumerate(work.pieces):
             by_line[i].append(results[j])
-        return self.decode(work.lines, work.encoded, by_line, work.decoding)
+        translations = self.decode(work.lines, work.encoded, by_line, work.decoding)
+        if work.terms is not None:  # what each hypothesis lacks of its line's target terms, from its text
+            wanted = [[] for _ in work.lines]
+            for j, (i, _) in enumerate(work.pieces):
+                wanted[i] += work.terms[j]
+            for translation, targets in zip(translations, wanted):
+                for hypothesis in translation.hypotheses:
+                    hypothesis.missing_terms = [t for t in dict.fromkeys(targets) if t not in hypothesis.text]
+        return translations
 
     def limit(self, source_length: int, decoding: "Decoding") -> int:
         """The new-token limit of a source of `source_length` tokens under `decoding`'s length rule."""
@@ -261,6 +296,9 @@ def output_settings(model: str | None, engine: EngineOptions, decoding: DecodeOp
     settings.update(split_sentences=d.split_sentences, source_lang=d.source_lang)
     if d.use_vmap:  # (absent otherwise, as from the records of earlier releases)
         settings.update(use_vmap=True, vmap=e.vmap)
+    glossary = d.loaded_glossary()
+    if glossary is not None:
+        settings.update(glossary=f"{glossary.name} ({len(glossary)} terms, sha256 {glossary.digest})")
     return settings
 
 
@@ -273,6 +311,7 @@ class Decoding:
     max_len_a: float
     max_len_b: int
     source_lang: str | None
+    terms: "Terms | None" = None
 
     @property
     def nbest(self) -> int:
@@ -285,6 +324,22 @@ class Decoding:
     @property
     def length_penalty(self) -> float:
         return 1.0 if self.generation_config.length_penalty is None else self.generation_config.length_penalty
+
+
+def shown(text: str, width: int = 60) -> str:
+    """`text` quoted, cut to `width` characters for a message."""
+    return repr(text if len(text) <= width else text[: width - 3] + "...")
+
+
+@dataclass(frozen=True)
+class Terms:
+    """A glossary with the token ids of its target terms (`Translator.decoding`)."""
+
+    glossary: Glossary
+    target_ids: dict[str, list[int]]
+
+    def ids(self, targets: list[str]) -> list[list[int]]:
+        return [self.target_ids[target] for target in targets]
 
 
 @dataclass
@@ -306,6 +361,7 @@ class Work:
     encoded: list[LinePieces]
     pieces: list[tuple[int, list[int]]]  # (line, source ids)
     batches: list[list[int]]
+    terms: list[list[str]] | None = None  # with a glossary: each piece's target terms
 
 
 @dataclass
