@@ -27,6 +27,7 @@ from ..data.folders import (
     resolve_model,
     writes_folder,
 )
+from ..data.glossary import Glossary
 from ..errors import InputError, import_extra
 from ..translate.options import DecodeOptions
 from ..translate.translator import load_translator
@@ -59,6 +60,20 @@ def check_text(text) -> str | None:
     if len(text) > MAX_CHARACTERS:
         return f"The text is too long ({len(text)} characters; at most {MAX_CHARACTERS}): please shorten it."
     return None
+
+
+def glossary_of(text: str | None) -> Glossary | None:
+    """The glossary box's terms, `source = target` (or a tab between) a line; None where it is empty."""
+    lines = [line for line in (text or "").splitlines() if line.strip()]
+    if not lines:
+        return None
+    rows = []
+    for number, line in enumerate(lines, 1):
+        pair = line.split("\t", 1) if "\t" in line else line.split("=", 1)
+        if len(pair) != 2:
+            raise InputError(f"Glossary, line {number}: write a German term, '=' and its English term.")
+        rows.append((f"Glossary, line {number}", pair))
+    return Glossary.checked(rows, ignore_case=False, name="Glossary")
 
 
 def heatmap_image(maps: AttentionMaps | None, kind_label: str, layer: str, head: str):
@@ -104,8 +119,12 @@ def build_demo(model_dir: str, examples: list[str] | None = None, title: str | N
         maps = attention_maps(model, tokenizer, piece, num_beams=int(num_beams), do_sample=False)
         return heatmap_image(maps, kind_label, layer, head), maps
 
-    def translate(text, num_beams, n_best, split_sentences, kind_label, layer, head):
+    def translate(text, num_beams, n_best, split_sentences, glossary, kind_label, layer, head):
         problem = check_text(text)
+        try:
+            glossary = glossary_of(glossary)
+        except InputError as error:
+            problem = problem or str(error)
         if problem is not None:
             return "", "", None, None, gr.Dropdown(choices=[], value=None), problem
         num_beams, n_best = int(num_beams), int(n_best)
@@ -113,9 +132,17 @@ def build_demo(model_dir: str, examples: list[str] | None = None, title: str | N
         if n_best > num_beams:
             notes.append(f"Showing {num_beams} alternatives: the n-best list cannot be longer than the beam.")
             n_best = num_beams
-        options = DecodeOptions(num_beams=num_beams, do_sample=False, nbest=n_best, split_sentences=split_sentences)
+        options = DecodeOptions(
+            num_beams=num_beams, do_sample=False, nbest=n_best, split_sentences=split_sentences, glossary=glossary
+        )
         lines = text.split("\n")
-        translations = translator.translate(lines, options, scores=False)
+        try:
+            translations = translator.translate(lines, options, scores=False)
+        except InputError as error:  # a glossary's term that the model cannot write
+            return "", "", None, None, gr.Dropdown(choices=[], value=None), str(error)
+        missing = sorted({term for t in translations for h in t.hypotheses[:1] for term in h.missing_terms})
+        if missing:
+            notes.append(f"Not in the translation, for want of room: {', '.join(missing)}.")
         encoded = translator.encode(lines, options)  # the pieces the model saw, to choose one for the heatmap
         pieces, split = (
             [piece for line in encoded for piece in line.texts],
@@ -150,6 +177,12 @@ def build_demo(model_dir: str, examples: list[str] | None = None, title: str | N
                     label="translate sentence by sentence (uncheck for one sentence, translated as a whole)",
                     elem_id="split_sentences",
                 )
+                glossary = gr.Textbox(
+                    label="glossary: one term a line, German = English (the translation uses these words)",
+                    lines=2,
+                    elem_id="glossary",
+                    placeholder="Bahnhof = railway station",
+                )
                 button = gr.Button("Translate", variant="primary", elem_id="translate")
                 message = gr.Markdown(elem_id="message")
                 target = gr.Textbox(label="English", lines=2, elem_id="target", interactive=False)
@@ -163,7 +196,7 @@ def build_demo(model_dir: str, examples: list[str] | None = None, title: str | N
                     head = gr.Dropdown(choices("cross")[1], value=AVERAGE, label="head")
                 heatmap = gr.Image(label="attention", type="pil", elem_id="heatmap", interactive=False, format="png")
 
-        inputs = [source, num_beams, n_best, split_sentences, kind, layer, head]
+        inputs = [source, num_beams, n_best, split_sentences, glossary, kind, layer, head]
         outputs = [target, alternatives, heatmap, maps_state, sentence, message]
         gr.on([button.click, source.submit], translate, inputs, outputs, api_name="translate", concurrency_id="model")
         # Switching what to show redraws the stored maps; the model does not run again.

@@ -7,6 +7,9 @@ from urllib.parse import parse_qsl
 
 from starlette.requests import Request
 
+from ..data.glossary import Glossary
+from ..errors import InputError
+
 
 class ApiError(Exception):
     """Answered as `{"error": message}` with `status` (and `headers`); `detail` goes to the server's log only."""
@@ -150,6 +153,40 @@ def texts_field(values: dict, name: str) -> tuple[list[str], bool]:
         if not isinstance(text, str):
             raise ApiError(400, f"Invalid request: {name}[{i}] must be a string, got {json_type(text)}")
     return value, True
+
+
+MAX_TERM_CHARS = 200  # characters per term of a request's glossary
+
+
+def glossary_field(values: dict, max_terms: int, ignore_case: bool):
+    """A request's `glossary`: a list of {"source": ..., "target": ...} (in a form body, that list as JSON), at most
+    `max_terms`; None where not given (the server's own applies)."""
+    value = values.get("glossary")
+    if value is None:
+        return None
+    if isinstance(value, str):  # a form's field
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError:
+            raise ApiError(400, "Invalid request: glossary must be a list of {source, target} objects") from None
+    if not isinstance(value, list) or not value:
+        raise ApiError(400, "Invalid request: glossary must be a non-empty list of {source, target} objects")
+    if len(value) > max_terms:
+        raise ApiError(400, f"Invalid request: glossary has {len(value)} terms, more than the limit ({max_terms})")
+    pairs = []
+    for i, term in enumerate(value):
+        if not isinstance(term, dict) or set(term) != {"source", "target"}:
+            raise ApiError(400, f"Invalid request: glossary[{i}] must be an object with source and target only")
+        for side in ("source", "target"):
+            if not isinstance(term[side], str) or not 0 < len(term[side]) <= MAX_TERM_CHARS:
+                raise ApiError(
+                    400, f"Invalid request: glossary[{i}].{side} must be a string of 1 to {MAX_TERM_CHARS} characters"
+                )
+        pairs.append((term["source"], term["target"]))
+    try:
+        return Glossary.of_pairs(pairs, ignore_case, name="glossary")
+    except InputError as error:
+        raise ApiError(400, f"Invalid request: {error}") from None
 
 
 def json_type(value) -> str:

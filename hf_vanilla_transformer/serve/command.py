@@ -55,6 +55,12 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     limits.add_argument(
         "--max_beams", type=int, default=defaults.max_beams, help="largest num_beams a request may ask"
     )
+    limits.add_argument(
+        "--max_glossary_terms",
+        type=int,
+        default=defaults.max_glossary_terms,
+        help="terms of a request's own glossary",
+    )
     limits.add_argument("--timeout", type=float, default=defaults.timeout, help="seconds per request (504)")
 
     access = parser.add_argument_group("access")

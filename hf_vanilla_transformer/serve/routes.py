@@ -8,12 +8,21 @@ import anyio
 from starlette.responses import JSONResponse, Response
 
 from ..translate.io import format_translation
-from .bodies import ApiError, fields, json_object, read_body, text_field, texts_field, whole_number
+from .bodies import (
+    ApiError,
+    fields,
+    glossary_field,
+    json_object,
+    read_body,
+    text_field,
+    texts_field,
+    whole_number,
+)
 from .texts import layout
 
 
 FORMATS = ("text", "html")
-NATIVE_FIELDS = ("texts", "num_beams", "length_penalty", "nbest", "split_sentences", "api_key")
+NATIVE_FIELDS = ("texts", "num_beams", "length_penalty", "nbest", "split_sentences", "glossary", "api_key")
 
 
 async def translate(service, request) -> Response:
@@ -40,11 +49,13 @@ async def translate(service, request) -> Response:
     if source.lower() == "auto":
         detected = await anyio.to_thread.run_sync(lambda: [service.detector.source_of(t, pair.source) for t in texts])
 
+    glossary = glossary_field(values, settings.max_glossary_terms, settings.glossary_ignore_case)
     lines = []
     layouts = [layout(text, text_format, lines) for text in texts]
     nbest = alternatives + 1
     beams = service.num_beams
-    translations = await service.translate(lines, service.options(num_beams=max(beams, nbest), nbest=nbest))
+    options = service.options(num_beams=max(beams, nbest), nbest=nbest, glossary=glossary)
+    translations = await service.translate(lines, options)
 
     def kth(k: int) -> list[str]:
         return [t.hypotheses[min(k, len(t.hypotheses) - 1)].text for t in translations]
@@ -95,7 +106,10 @@ async def translate_native(service, request) -> Response:
     split = values.get("split_sentences")
     if split is not None and not isinstance(split, bool):
         raise ApiError(400, "Invalid request: split_sentences must be true or false")
-    options = service.options(num_beams=beams, length_penalty=length_penalty, nbest=nbest, split_sentences=split)
+    glossary = glossary_field(values, settings.max_glossary_terms, settings.glossary_ignore_case)
+    options = service.options(
+        num_beams=beams, length_penalty=length_penalty, nbest=nbest, split_sentences=split, glossary=glossary
+    )
     translations = await service.translate(texts, options, scores=True)
     records = [json.loads(format_translation(i, t, "jsonl")) for i, t in enumerate(translations)]
     return JSONResponse({"translations": records})

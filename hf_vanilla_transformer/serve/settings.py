@@ -24,6 +24,7 @@ class Settings(EngineOptions, DecodeOptions):
     max_texts: int = 128  # texts per request
     max_alternatives: int = 3
     max_beams: int = 8
+    max_glossary_terms: int = 100  # terms of a request's glossary
     timeout: float = 60.0  # seconds per request; then 504
     # Access.
     api_keys: str | None = None  # a file, one key per line (optionally with its requests per minute)
@@ -32,7 +33,7 @@ class Settings(EngineOptions, DecodeOptions):
 
     def check(self) -> "Settings":
         super().check()
-        for name in "max_queue max_chars max_texts max_beams timeout".split():
+        for name in "max_queue max_chars max_texts max_beams max_glossary_terms timeout".split():
             value = getattr(self, name)
             if value is not None and value <= 0:
                 raise InputError(f"--{name} must be positive, got {value}.")

@@ -46,9 +46,9 @@ def client(model_dir):
         demo.close()
 
 
-def translate(client, text, num_beams=1, n_best=1, *selection, split_sentences=True):
+def translate(client, text, num_beams=1, n_best=1, *selection, split_sentences=True, glossary=""):
     target, n_best_text, heatmap, _, message = client.predict(
-        text, num_beams, n_best, split_sentences, *(selection or DEFAULTS), api_name="/translate"
+        text, num_beams, n_best, split_sentences, glossary, *(selection or DEFAULTS), api_name="/translate"
     )
     return target, n_best_text, heatmap, message
 
@@ -89,6 +89,14 @@ def test_bad_input_gets_a_message_not_an_error(client, text, expected):
     assert expected in message
 
 
+def test_the_glossary_box_puts_its_terms_in_the_translation_and_names_a_bad_line(client):
+    target, _, _, message = translate(client, DEMO_SENTENCES[0], 4, glossary="Bahnhof = railway station\n")
+    assert "railway station" in target and message == ""
+    target, _, heatmap, message = translate(client, DEMO_SENTENCES[0], 4, glossary="Bahnhof\nZug = train")
+    assert (target, heatmap) == ("", None)
+    assert message == "Glossary, line 1: write a German term, '=' and its English term."
+
+
 def test_a_text_of_several_lines_and_sentences_is_translated_sentence_by_sentence(client, model_dir, reference):
     lines = [" ".join(DEMO_SENTENCES[:3]), "", f"{DEMO_SENTENCES[3]}  {DEMO_SENTENCES[0]}"]
     translator = load_translator(str(model_dir), device="cpu")
@@ -122,7 +130,7 @@ def test_twenty_simultaneous_requests_all_come_back_correct(client, reference):
             if len(texts) < 20 and len(line) < 120:
                 texts.append(json.loads(line)["translation"]["de"])
     expected = [attention_maps(model, tokenizer, text, num_beams=2).translation for text in texts]
-    jobs = [client.submit(text, 2, 1, True, *DEFAULTS, api_name="/translate") for text in texts]
+    jobs = [client.submit(text, 2, 1, True, "", *DEFAULTS, api_name="/translate") for text in texts]
     results = [job.result(timeout=300) for job in jobs]
     assert [result[0] for result in results] == expected
     assert all(result[-1] == "" for result in results)

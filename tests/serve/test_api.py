@@ -11,6 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import pytest
 
+from hf_vanilla_transformer.data.glossary import Glossary
 from hf_vanilla_transformer.translate.options import DecodeOptions
 from hf_vanilla_transformer.translate.translator import load_translator, translate_lines
 from tests.helpers import SENTENCES, run_command, running_server, serving_model_dir
@@ -239,6 +240,29 @@ BAD_REQUESTS = [
     ("/v1/translate", dict(json={"texts": ["Hallo"], "nbest": 5}), 400, "nbest (5) must be at most num_beams (4)"),
     ("/v1/translate", dict(json={"texts": ["Hallo"], "length_penalty": "x"}), 400, "length_penalty must be a number"),
     ("/v1/translate", dict(json={"texts": ["Hallo"], "split_sentences": "yes"}), 400, "split_sentences must be"),
+    ("/translate", dict(json={**LIBRE, "glossary": "Hallo=Hi"}), 400, "glossary must be a list of {source, target}"),
+    ("/translate", dict(json={**LIBRE, "glossary": []}), 400, "glossary must be a non-empty list"),
+    ("/translate", dict(json={**LIBRE, "glossary": [{"source": "Tom"}]}), 400, "glossary[0] must be an object with"),
+    (
+        "/v1/translate",
+        dict(json={"texts": ["Hallo"], "glossary": [{"source": "", "target": "x"}]}),
+        400,
+        "glossary[0]",
+    ),
+    (
+        "/v1/translate",
+        dict(json={"texts": ["Hallo"], "glossary": [{"source": f"w{i}", "target": "x"} for i in range(101)]}),
+        400,
+        "glossary has 101 terms, more than the limit (100)",
+    ),
+    (
+        "/v1/translate",
+        dict(
+            json={"texts": ["Hallo"], "glossary": [{"source": "Tom", "target": "a"}, {"source": "Tom", "target": "b"}]}
+        ),
+        400,
+        "glossary[1]: 'Tom' is given the target 'b', and 'a' at glossary[0]",
+    ),
     ("/nowhere", dict(json={}), 404, "Not Found"),
 ]
 
@@ -271,3 +295,29 @@ def test_a_server_whose_port_is_taken_never_says_it_is_ready(model_dir):
     assert done.returncode != 0
     assert "address already in use" in done.stderr.lower(), done.stderr
     assert not re.search(r"\bready\b", done.stderr, re.IGNORECASE), done.stderr
+
+
+def test_a_requests_glossary_holds_for_it_alone_and_the_servers_for_the_others(model_dir, tmp_path):
+    """Requests with and without their own glossary, at once: each is answered as `translate` answers its text with
+    its glossary (the server's where it gives none), so no request's terms reach another's translation."""
+    (tmp_path / "server.tsv").write_text("Hunger\thungry\n", encoding="utf-8")
+    own = [{"source": "Tom", "target": "Tom today"}]
+    translator = load_translator(str(model_dir))
+    server_glossary = Glossary.read(tmp_path / "server.tsv")
+    expected = {
+        name: [t.hypotheses[0].text for t in translator.translate(TEXTS, DecodeOptions(glossary=glossary))]
+        for name, glossary in (("server", server_glossary), ("own", Glossary.of_pairs([("Tom", "Tom today")])))
+    }
+    assert expected["server"] != expected["own"]
+    log = tmp_path / "server.log"
+    with running_server("--model", model_dir, "--glossary", tmp_path / "server.tsv", log=log) as server:
+
+        def ask(i):
+            body = {"q": TEXTS[i % len(TEXTS)], "source": "de", "target": "en"}
+            return i, post(server, "/translate", json=body | ({"glossary": own} if i % 2 else {})).json()
+
+        with ThreadPoolExecutor(8) as pool:
+            answers = list(pool.map(ask, range(40)))
+    for i, answer in answers:
+        assert answer["translatedText"] == expected["own" if i % 2 else "server"][i % len(TEXTS)], (i, answer)
+    assert any("hungry" in text for text in expected["server"]) and any("Tom today" in t for t in expected["own"])
