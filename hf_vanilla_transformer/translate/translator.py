@@ -298,7 +298,8 @@ def output_settings(model: str | None, engine: EngineOptions, decoding: DecodeOp
         settings.update(use_vmap=True, vmap=e.vmap)
     glossary = d.loaded_glossary()
     if glossary is not None:
-        settings.update(glossary=f"{glossary.name} ({len(glossary)} terms, sha256 {glossary.digest})")
+        terms = f"{len(glossary)} term{'s' * (len(glossary) > 1)}"
+        settings.update(glossary=f"{glossary.name} ({terms}, sha256 {glossary.digest})")
     return settings
 
 

@@ -4,6 +4,7 @@ worker) left; a small input's mistakes are one line, exit 2, before anything is 
 input's bad rows are listed by the workers that read them while the other shards complete; Ray says nothing unless
 asked to. One local Ray (2 CPUs, no dashboard) serves the module's runs, the command's processes too (--address)."""
 
+import dataclasses
 import json
 import os
 import signal
@@ -16,6 +17,7 @@ import pytest
 
 from hf_vanilla_transformer import cli
 from hf_vanilla_transformer.cuda import CUDA_DEFAULTS
+from hf_vanilla_transformer.data.glossary import Glossary
 from hf_vanilla_transformer.errors import InputError
 from hf_vanilla_transformer.translate.io import resume_point
 from hf_vanilla_transformer.translate.options import DecodeOptions, EngineOptions
@@ -139,17 +141,38 @@ class DyingOnce(TranslateShards):
 
 
 @pytest.mark.slow
-def test_a_worker_that_dies_has_its_shard_retried_and_every_row_is_written_once(local_ray, corpus, tmp_path):
+@pytest.mark.parametrize("glossary", [None, Glossary.of_pairs([("Hunger", "hungry"), ("Tom", "Tom today")])])
+def test_a_worker_that_dies_has_its_shard_retried_and_every_row_is_written_once(local_ray, corpus, tmp_path, glossary):
+    """With a glossary, the restarted worker decodes under the same terms (they travel with the options)."""
     flag = Path(os.environ["HF_VANILLA_TRANSFORMER_CACHE"]) / "die"
     flag.write_text("")
-    options = EngineOptions(device="cpu", threads=1)
+    options, decoding = EngineOptions(device="cpu", threads=1), DecodeOptions(glossary=glossary)
     summary = translate_corpus(
-        input_files(str(corpus)), str(tmp_path), str(serving_model_dir()), options, DecodeOptions(), num_workers=1,
+        input_files(str(corpus)), str(tmp_path), str(serving_model_dir()), options, decoding, num_workers=1,
         shard_rows=5,
         output_format="jsonl", worker=DyingOnce,
     )  # fmt: skip
     assert not flag.exists() and summary.retries == 1 and summary.rows == 3 * len(LINES)
-    check(outputs(tmp_path), expected(options))
+    rows = outputs(tmp_path)
+    check(rows, expected(options, decoding))
+    if glossary is not None:
+        assert any("Tom today" in row["translation"] for row in rows) and all(not row["missing_terms"] for row in rows)
+
+
+def test_a_rerun_with_another_glossary_is_refused_naming_it(tmp_path):
+    (tmp_path / "a.tsv").write_text("Tom\tTom\n")
+    (tmp_path / "b.tsv").write_text("Tom\tThomas\n")
+    settings = {}
+    for name in ("a", "b"):
+        decoding = dataclasses.replace(DecodeOptions(), glossary=str(tmp_path / f"{name}.tsv"))
+        settings[name] = output_settings("m", EngineOptions(), decoding)
+    record = dict(inputs=["in.txt"], column="text", shard_rows=10, output_format="parquet", settings=settings["a"])
+    check_manifest(str(tmp_path / "out"), record)
+    with pytest.raises(
+        InputError,
+        match=r"--glossary differs .*it had --glossary .*a.tsv \(1 term, sha256 \w+\), this run --glossary .*b.tsv ",
+    ):
+        check_manifest(str(tmp_path / "out"), dict(record, settings=settings["b"]))
 
 
 @pytest.mark.slow

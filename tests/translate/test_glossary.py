@@ -3,6 +3,7 @@ applicable target term in every hypothesis (greedy, beam, n-best, vocabulary map
 as without a glossary, a term that cannot fit said so in the result."""
 
 import dataclasses
+import shutil
 
 import pytest
 
@@ -122,10 +123,9 @@ def test_lines_without_a_term_decode_exactly_as_without_a_glossary(translator, b
         assert with_[i].hypotheses[0].token_scores == without[i].hypotheses[0].token_scores
 
 
+@pytest.mark.slow
 def test_with_a_vocabulary_map_the_terms_tokens_are_candidates(tmp_path):
     folder = tmp_path / "model"
-    import shutil
-
     shutil.copytree(tiny_translator_dir(), folder)
     engine = load_translator(str(folder), EngineOptions(device="cpu"))
     write_vocabulary_map(folder / VMAP_NAME, short_pairs(), engine.tokenizer, best=2, frequent=3)
