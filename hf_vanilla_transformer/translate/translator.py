@@ -424,6 +424,7 @@ class TranslationStats:
     generated_tokens: int = 0  # of the best hypotheses
     split_sentences: int = 0  # longer than the translator's max_source_tokens, translated in pieces
     reached_length_limit: int = 0  # hypotheses
+    missing_terms: int = 0  # lines whose best translation lacks a glossary's term that did not fit
     seconds: float = 0.0
 
 
@@ -502,6 +503,7 @@ def translate_windows(
         progress.advance(progress.stats.lines - progress.lines, 0)  # blank lines, other processes' batches
         progress.stats.split_sentences += sum(t.split_sentences for t in translations)
         progress.stats.reached_length_limit += sum(h.reached_length_limit for t in translations for h in t.hypotheses)
+        progress.stats.missing_terms += sum(bool(t.hypotheses and t.hypotheses[0].missing_terms) for t in translations)
         yield translations
 
 
@@ -611,4 +613,9 @@ def _warn(stats: TranslationStats, translator: Translator) -> None:
         logger.warning(
             f"{stats.reached_length_limit} hypothesis(es) stopped at the length limit before the model ended them "
             "(jsonl: reached_length_limit); raise --max_len_a/--max_len_b to allow longer translations."
+        )
+    if stats.missing_terms:
+        logger.warning(
+            f"{stats.missing_terms} line(s) lack glossary terms that did not fit within the length limit (jsonl: "
+            "missing_terms); raise --max_len_a/--max_len_b to make room for them."
         )

@@ -562,6 +562,9 @@ def test_decoding_options_that_make_nonsense_are_one_line_in_every_command_befor
     translate, serve = ["translate", "--model", trained, text_file], ["serve", "--model", trained]
     corpus = ["translate-corpus", "--model", trained, "--input", text_file, "--output_dir", tmp_path / "out" / "c"]
     distill = ["distill", "--teacher", trained, "--output_dir", tmp_path / "out" / "distill"]
+    bad_glossary, good_glossary = tmp_path / "bad.tsv", tmp_path / "good.tsv"
+    bad_glossary.write_text("Tom\tTom\nHaus\t \n", encoding="utf-8")
+    good_glossary.write_text("Tom\tTom\n", encoding="utf-8")
     # serve takes the n best per request (LibreTranslate's alternatives); distill decodes by beam search alone.
     for commands, options, expected in (
         ((translate, corpus, serve, distill), ["--length_penalty", "nan"], "--length_penalty must be a finite number"),
@@ -572,6 +575,10 @@ def test_decoding_options_that_make_nonsense_are_one_line_in_every_command_befor
         ((translate, corpus), ["--nbest", "2"], "--nbest 2 needs --num_beams 2 or more"),
         ((distill,), ["--nbest", "5"], "--nbest 5 needs --num_beams 5 or more"),
         ((translate, corpus, serve), ["--use_vmap"], "--use_vmap: no vocabulary map was loaded with the model"),
+        ((translate, corpus, serve), ["--glossary", bad_glossary], "bad.tsv, line 2: an empty target term"),
+        ((translate, corpus, serve), ["--glossary", bad_glossary.with_name("none.tsv")], "none.tsv: no such file"),
+        ((translate, corpus, serve), ["--glossary", good_glossary, "--backend", "ctranslate2"], "needs the PyTorch"),
+        ((translate, corpus), ["--glossary", good_glossary, "--do_sample"], "--glossary places its terms by beam"),
     ):
         for argv in commands:
             assert expected in one_line_error(capsys, *argv, *options), (argv, options)

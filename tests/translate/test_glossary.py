@@ -3,6 +3,7 @@ applicable target term in every hypothesis (greedy, beam, n-best, vocabulary map
 as without a glossary, a term that cannot fit said so in the result."""
 
 import dataclasses
+import json
 import shutil
 
 import pytest
@@ -170,3 +171,27 @@ def test_the_ctranslate2_engine_refuses_a_glossary_naming_the_pytorch_engine(tmp
     engine = load_translator(str(folder), EngineOptions(backend="ctranslate2", device="cpu"))
     with pytest.raises(InputError, match="--glossary needs the PyTorch engine"):
         engine.translate(["Haus"], DecodeOptions(glossary=Glossary.of_pairs([("Haus", "house")])))
+
+
+def test_the_command_writes_missing_terms_in_jsonl_and_refuses_a_bad_file_in_one_line(tmp_path, capsys, caplog):
+    from hf_vanilla_transformer import cli
+
+    line = LINES[0]
+    (tmp_path / "in.de").write_text(f"{line}\n{LINES[1]}\n", encoding="utf-8")
+    (tmp_path / "terms.tsv").write_text(f"source\ttarget\n{line.split()[0]}\trailway station\n", encoding="utf-8")
+    command = ["translate", "--model", str(tiny_translator_dir()), str(tmp_path / "in.de"), "--format", "jsonl"]
+    command += ["--glossary", str(tmp_path / "terms.tsv"), "--no-split_sentences"]
+    assert cli.main([*command, "--max_len_a", "0", "--max_len_b", "3", "--quiet"]) == 0
+    records = [json.loads(text) for text in capsys.readouterr().out.splitlines()]
+    assert (
+        "1 line(s) lack glossary terms that did not fit within the length limit (jsonl: missing_terms)" in caplog.text
+    )
+    assert records[0]["hypotheses"][0]["missing_terms"] == ["railway station"]
+    assert "missing_terms" not in records[1]["hypotheses"][0]
+    assert cli.main([*command, "--quiet"]) == 0
+    records = [json.loads(text) for text in capsys.readouterr().out.splitlines()]
+    assert "railway station" in records[0]["hypotheses"][0]["text"]
+    (tmp_path / "terms.tsv").write_text("Haus\thouse\tHaus\n", encoding="utf-8")
+    assert cli.main(command) == 2
+    error = capsys.readouterr().err.strip()
+    assert error.endswith("terms.tsv, line 1: expected a source term, one tab and a target term; got 3 column(s).")
