@@ -1,8 +1,9 @@
 """The corpus steps of `hf-vanilla-transformer distill`: the corpus written out for the teacher and the trainer, and
 the teacher's translations turned into the student's training pairs.
 
-Selection: for a line of the parallel corpus, the teacher's hypothesis (of its n best) with the best chrF against the
-line's reference (what Mozilla's pipeline keeps, `extract_best.py`); for a line of monolingual text, its best one.
+Selection: for a line of the parallel corpus, the teacher's hypothesis (of its n best) with the best chrF (or
+sentence BLEU) against the line's reference (what Mozilla's pipeline keeps, `extract_best.py`); for a line of
+monolingual text, its best one.
 Filtering, each rule counting what the rules before it kept: pairs with an empty side, pairs whose word counts differ
 by more than a ratio, exact duplicates (`data.cleaning`), then the worst share by the teacher's log-probability per
 token of the kept translation.
@@ -17,7 +18,7 @@ import numpy as np
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from datasets import Dataset, concatenate_datasets
-from sacrebleu.metrics import CHRF
+from sacrebleu.metrics import BLEU, CHRF
 
 from ..data.cleaning import CleaningRules, clean_pairs
 from ..data.corpus import BUNDLED_CORPUS, SPLITS, default_num_proc
@@ -27,6 +28,7 @@ from ..errors import InputError
 
 
 SOURCES = "sources.jsonl"  # the teacher's input: {"row", "text" (the source), "reference"}
+SELECTION_METRICS = ("chrf", "bleu")  # sentence chrF or BLEU against the reference (Mozilla's pipeline offers both)
 BATCH = 10_000
 
 
@@ -103,36 +105,40 @@ def write_pairs(dataset: Dataset, path: Path) -> int:
 # ------------------------------------------------------------------------------------------ selection and filters
 
 
-def select_best(batch: dict, source_lang: str, target_lang: str, tokenizer, length_penalty: float) -> dict:
+def sentence_scores(metric: str):
+    """The sentence-level score of `metric` (`SELECTION_METRICS`) of a hypothesis against its reference."""
+    scorer = CHRF() if metric == "chrf" else BLEU(effective_order=True)
+    return lambda hypothesis, reference: scorer.sentence_score(hypothesis, [reference]).score
+
+
+def select_best(batch: dict, source_lang: str, target_lang: str, length_penalty: float, metric: str) -> dict:
     """For each translated row: the pair (source, kept hypothesis), the teacher's log-probability per token of that
     hypothesis, and whether it was not the teacher's first. The engine's score is the summed log-probability over
-    length ** length_penalty; the length is the hypothesis' tokens with its end token, as the tokenizer gives it."""
-    chrf = CHRF()
+    length ** length_penalty, its length the hypothesis' tokens with the end token, as the shards record it."""
+    score_of = sentence_scores(metric)
     references = batch.get("reference") or [None] * len(batch["text"])
     nbests = batch.get("nbest") or [None] * len(batch["text"])
+    rows = zip(batch["translation"], batch["score"], batch["translation_length"], references, nbests)
     kept, scores, not_first = [], [], []
-    for translation, score, reference, nbest in zip(batch["translation"], batch["score"], references, nbests):
+    for translation, score, length, reference, nbest in rows:
         best = 0
         if nbest and reference is not None:
-            chrfs = [chrf.sentence_score(hypothesis["text"], [reference]).score for hypothesis in nbest]
-            best = int(np.argmax(chrfs))  # the first of equals: the teacher's higher-ranked
+            # the first of equals: the teacher's higher-ranked
+            best = int(np.argmax([score_of(hypothesis["text"], reference) for hypothesis in nbest]))
         if nbest:
-            translation, score = nbest[best]["text"], nbest[best]["score"]
+            translation, score, length = (nbest[best][name] for name in ("text", "score", "length"))
         kept.append(translation or "")
-        scores.append(score)
+        # None: no translation, dropped as empty
+        scores.append(None if score is None else score * length ** (length_penalty - 1))
         not_first.append(best > 0)
-    lengths = [len(ids) for ids in tokenizer(kept)["input_ids"]] if kept else []
     return {
         "translation": [{source_lang: source or "", target_lang: text} for source, text in zip(batch["text"], kept)],
-        "score": [
-            None if score is None else score * length ** (length_penalty - 1)  # None: no translation, dropped as empty
-            for score, length in zip(scores, lengths)
-        ],
+        "score": scores,
         "not_first": not_first,
     }
 
 
-def selected_pairs(shards: list[Path], languages, tokenizer, length_penalty, cache_dir: Path) -> Dataset:
+def selected_pairs(shards: list[Path], languages, length_penalty, metric: str, cache_dir: Path) -> Dataset:
     """The kept pair of every row of the teacher's output shards (Parquet), in the shards' order: the parallel
     corpus's and the monolingual files' (their columns differ) each read as one dataset, into `cache_dir`."""
     groups = {}
@@ -147,10 +153,7 @@ def selected_pairs(shards: list[Path], languages, tokenizer, length_penalty, cac
                 batched=True,
                 batch_size=1000,
                 fn_kwargs=dict(
-                    source_lang=languages[0],
-                    target_lang=languages[1],
-                    tokenizer=tokenizer,
-                    length_penalty=length_penalty,
+                    source_lang=languages[0], target_lang=languages[1], length_penalty=length_penalty, metric=metric
                 ),
                 remove_columns=dataset.column_names,
                 num_proc=default_num_proc(len(dataset)),
@@ -179,12 +182,12 @@ def filter_pairs(
 
 
 def distill_pairs(
-    shards: list[Path], folder: Path, languages, tokenizer, length_penalty, length_ratio, drop_share, references
+    shards: list[Path], folder: Path, languages, length_penalty, metric, length_ratio, drop_share, references
 ) -> dict:
     """Write the student's training pairs (`train.jsonl`) into `folder` from the teacher's output shards, with the
     `references` file's pairs after them when given; the counts of each rule."""
     cache = folder / ".cache"  # the Arrow files of the steps below, removed with them
-    pairs = selected_pairs(shards, languages, tokenizer, length_penalty, cache)
+    pairs = selected_pairs(shards, languages, length_penalty, metric, cache)
     not_first = int(pc.sum(pairs.with_format("arrow")["not_first"]).as_py() or 0)
     kept, counts = filter_pairs(pairs, *languages, length_ratio, drop_share)
     written, translated = write_pairs(kept, folder / "train.jsonl"), len(pairs)
@@ -206,4 +209,4 @@ def distill_pairs(
     }
 
 
-__all__ = ["SOURCES", "corpus_inputs", "distill_pairs", "file_stamps", "write_corpus"]
+__all__ = ["SELECTION_METRICS", "SOURCES", "corpus_inputs", "distill_pairs", "file_stamps", "write_corpus"]

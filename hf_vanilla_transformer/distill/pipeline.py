@@ -59,7 +59,7 @@ from ..translate.corpus import DEFAULT_SHARD_ROWS, translate_corpus
 from ..translate.options import DecodeOptions, EngineOptions, add_arguments, default_threads
 from ..translate.ray_session import RaySession
 from ..translate.translator import output_settings
-from .corpus import SOURCES, corpus_inputs, distill_pairs, file_stamps, write_corpus
+from .corpus import SELECTION_METRICS, SOURCES, corpus_inputs, distill_pairs, file_stamps, write_corpus
 from .records import Step, Steps, option_values
 from .report import distillation_gain, evaluate_models, format_report, gaps, write_model_card
 from .student import INITS, PRESETS, StudentSizes, build_student, check_copy, parse_layers, student_config
@@ -128,6 +128,8 @@ def build_parser(prog: str):
     student.add_argument("--init", choices=INITS, default="copy", help="copy: start from the teacher's embeddings and "
                          "evenly chosen layers (its widths needed); random: from scratch (default copy)")  # fmt: skip
     corpus = parser.add_argument_group("the distilled corpus")
+    corpus.add_argument("--selection_metric", choices=SELECTION_METRICS, default="chrf", help="the n-best "
+                        "hypothesis kept is the one closest to the reference by this (default chrf)")  # fmt: skip
     corpus.add_argument("--drop_worst", type=float, default=0.05, help="share dropped by the teacher's score per "
                         "token (default 0.05)")  # fmt: skip
     corpus.add_argument("--max_length_ratio", type=float, default=3.0, help="drop pairs whose word counts differ by "
@@ -298,6 +300,8 @@ class Distillation:
         distilled = {
             name: getattr(args, name[2:]) for name in ("--drop_worst", "--max_length_ratio", "--mix_references")
         }
+        if args.selection_metric != "chrf":  # (absent otherwise, as from the records of earlier releases)
+            distilled["--selection_metric"] = args.selection_metric
         sizes = self.sizes
         student = {
             "--student_preset": args.student_preset,
@@ -365,8 +369,8 @@ class Distillation:
                 shards,
                 folder,
                 self.languages,
-                self.tokenizer,
                 self.length_penalty,
+                self.args.selection_metric,
                 self.args.max_length_ratio,
                 self.args.drop_worst,
                 references,

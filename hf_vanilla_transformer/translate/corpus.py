@@ -41,7 +41,7 @@ logger = logging.get_logger(__name__)
 
 FORMATS = {".parquet": "parquet", ".jsonl": "jsonl", ".json": "jsonl", ".ndjson": "jsonl"}  # others: text
 OUTPUT_FORMATS = ("parquet", "jsonl")
-ADDED = ("translation", "score", "nbest", "missing_terms")
+ADDED = ("translation", "score", "translation_length", "nbest", "missing_terms")
 DEFAULT_SHARD_ROWS = 10_000
 MANIFEST = "_translate_corpus.json"
 # Inputs of at most this many bytes are read through and checked before anything is written (and Ray started); larger
@@ -320,16 +320,19 @@ def descriptor(shard: Shard, problem: str | None = None) -> dict:
 
 
 def translated(translator, decoding: DecodeOptions, table, column: str):
-    """`table` with `translation` and `score` (and `nbest`, a list of {text, score}, when n > 1; `missing_terms` with
-    a glossary) added; and the sentences translated. A null text is translated as an empty one."""
+    """`table` with `translation`, `score` and `translation_length` (its tokens, the end token included; and `nbest`,
+    a list of {text, score, length}, when n > 1; `missing_terms` with a glossary) added; and the sentences
+    translated. A null text is translated as an empty one."""
     texts = ["" if text is None else text for text in table.column(column).to_pylist()]
     results = translator.translate(texts, decoding)
     best = [t.hypotheses[0] if t.hypotheses else None for t in results]
     table = table.append_column("translation", pa.array([h.text if h else "" for h in best], pa.string()))
     table = table.append_column("score", pa.array([h.score if h else None for h in best], pa.float64()))
+    lengths = [len(h.tokens) if h else None for h in best]  # the end token included, as the score counts it
+    table = table.append_column("translation_length", pa.array(lengths, pa.int32()))
     if decoding.nbest > 1:
-        nbest = [[{"text": h.text, "score": h.score} for h in t.hypotheses] for t in results]
-        kind = pa.list_(pa.struct([("text", pa.string()), ("score", pa.float64())]))
+        nbest = [[{"text": h.text, "score": h.score, "length": len(h.tokens)} for h in t.hypotheses] for t in results]
+        kind = pa.list_(pa.struct([("text", pa.string()), ("score", pa.float64()), ("length", pa.int32())]))
         table = table.append_column("nbest", pa.array(nbest, kind))
     if decoding.glossary is not None:  # the glossary's target terms that did not fit (the best translation's)
         missing = [h.missing_terms if h else [] for h in best]
@@ -447,9 +450,9 @@ def translate_dataset(
     dataset, model: str, engine: EngineOptions | None = None, decoding: DecodeOptions | None = None, *,
     column: str = "text", num_workers: int = 1, batch_size: int = 1000,
 ):  # fmt: skip
-    """`dataset` (a `ray.data.Dataset`) with `translation`, `score` (and `nbest` when `decoding.nbest` > 1) added to
-    its rows, translated from `column` by `num_workers` actors that each hold the model. `batch_size` rows reach an
-    actor at once; the engine batches them by its token budget."""
+    """`dataset` (a `ray.data.Dataset`) with `translated`'s columns added to its rows, translated from `column` by
+    `num_workers` actors that each hold the model. `batch_size` rows reach an actor at once; the engine batches them
+    by its token budget."""
     decoding = (decoding or DecodeOptions()).check()
     if column not in dataset.schema().names:
         raise InputError(f"no column {column!r} in the dataset; it has {', '.join(dataset.schema().names)}.")

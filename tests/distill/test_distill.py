@@ -18,7 +18,6 @@ import torch
 from transformers import AutoModelForSeq2SeqLM
 
 from hf_vanilla_transformer import VanillaTransformerForConditionalGeneration, cli
-from hf_vanilla_transformer.data.tokenizer import train_shared_bpe_tokenizer
 from hf_vanilla_transformer.distill.pipeline import teacher_length
 from hf_vanilla_transformer.distill.student import StudentSizes, build_student, layers_to_copy, student_config
 from hf_vanilla_transformer.errors import InputError
@@ -423,7 +422,7 @@ def test_the_hypothesis_closest_to_the_reference_is_kept_and_each_filter_counts_
     from hf_vanilla_transformer.distill.corpus import distill_pairs
 
     def nbest(*entries):
-        return [{"text": text, "score": score} for text, score in entries]
+        return [{"text": text, "score": score, "length": len(text.split()) + 1} for text, score in entries]
 
     parallel = [
         ("Ich bin müde.", "I am tired.", nbest(("I'm weary.", -0.1), ("I am tired.", -0.3))),
@@ -434,18 +433,27 @@ def test_the_hypothesis_closest_to_the_reference_is_kept_and_each_filter_counts_
         ("Komm.", "Come.", nbest(("Come.", -2.5), ("Come on.", -3.0))),
     ]
     rows = [
-        dict(row=i, text=de, reference=en, translation=n[0]["text"], score=n[0]["score"], nbest=n)
+        dict(
+            row=i, text=de, reference=en, translation=n[0]["text"], score=n[0]["score"], translation_length=1, nbest=n
+        )
         for i, (de, en, n) in enumerate(parallel)
     ]
     pq.write_table(pa.Table.from_pylist(rows), tmp_path / "sources-00.parquet")
-    mono = [dict(text="Gut.", translation="Good.", score=-0.2, nbest=nbest(("Good.", -0.2), ("Fine.", -0.1)))]
+    mono = [
+        dict(
+            text="Gut.",
+            translation="Good.",
+            score=-0.2,
+            translation_length=2,
+            nbest=nbest(("Good.", -0.2), ("Fine.", -0.1)),
+        )
+    ]
     pq.write_table(pa.Table.from_pylist(mono), tmp_path / "mono-00.parquet")
     references = write_jsonl(tmp_path / "references.jsonl", [("Hallo.", "Hello.")])
-    tokenizer = train_shared_bpe_tokenizer([text for de, en, _ in parallel for text in (de, en)], 120, min_frequency=1)
     folder = tmp_path / "distilled"
     folder.mkdir()
     shards = sorted(tmp_path.glob("*.parquet"))
-    counts = distill_pairs(shards, folder, ("de", "en"), tokenizer, 1.0, 3.0, 0.2, references)
+    counts = distill_pairs(shards, folder, ("de", "en"), 1.0, "chrf", 3.0, 0.2, references)
     kept = [json.loads(line)["translation"] for line in (folder / "train.jsonl").read_text().splitlines()]
     assert counts["dropped"] == {"empty": 1, "length_ratio": 1, "duplicates": 1, "score": 0}
     assert counts["chosen_not_teachers_first"] == 2 and counts["translated"] == 7
@@ -460,8 +468,23 @@ def test_the_hypothesis_closest_to_the_reference_is_kept_and_each_filter_counts_
     assert [path.name for path in folder.iterdir()] == ["train.jsonl"]  # the Arrow files it read through are gone
     folder = tmp_path / "without-the-worst"
     folder.mkdir()
-    counts = distill_pairs(shards, folder, ("de", "en"), tokenizer, 1.0, 3.0, 0.25, None)
+    counts = distill_pairs(shards, folder, ("de", "en"), 1.0, "chrf", 3.0, 0.25, None)
     assert counts["dropped"]["score"] == 1 and "Komm." not in (folder / "train.jsonl").read_text()
+
+
+def test_the_selection_metric_chooses_and_the_score_per_token_comes_from_the_recorded_length():
+    from hf_vanilla_transformer.distill.corpus import select_best
+
+    hypotheses = [
+        {"text": "He sleeps.", "score": -0.5, "length": 4},
+        {"text": "Hee sleepss now.", "score": -1.0, "length": 8},
+    ]
+    batch = dict(text=["Er schläft jetzt."], reference=["He sleeps now."], translation=["He sleeps."], score=[-0.5])
+    batch.update(translation_length=[4], nbest=[hypotheses])
+    chosen = {metric: select_best(batch, "de", "en", 0.6, metric) for metric in ("chrf", "bleu")}
+    assert chosen["chrf"]["translation"][0]["en"] == "Hee sleepss now." and chosen["chrf"]["not_first"] == [True]
+    assert chosen["bleu"]["translation"][0]["en"] == "He sleeps." and chosen["bleu"]["not_first"] == [False]
+    assert chosen["bleu"]["score"] == [pytest.approx(-0.5 * 4**0.6 / 4)]  # the summed log-probability per token
 
 
 def test_a_step_that_failed_before_keeping_any_work_may_be_rerun_with_other_settings(tmp_path):
