@@ -9,8 +9,10 @@ by more than a ratio, exact duplicates (`data.cleaning`), then the worst share b
 token of the kept translation.
 """
 
+import dataclasses
 import json
 import shutil
+import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -22,13 +24,15 @@ from sacrebleu.metrics import BLEU, CHRF
 
 from ..data.cleaning import CleaningRules, clean_pairs
 from ..data.corpus import BUNDLED_CORPUS, SPLITS, default_num_proc
+from ..data.folders import writes_folder
 from ..data.formats import resolve_files
 from ..data.training_corpus import read_training_corpus
 from ..errors import InputError
+from ..translate.corpus import translate_corpus
+from ..translate.ray_session import RaySession
 
 
 SOURCES = "sources.jsonl"  # the teacher's input: {"row", "text" (the source), "reference"}
-SELECTION_METRICS = ("chrf", "bleu")  # sentence chrF or BLEU against the reference (Mozilla's pipeline offers both)
 BATCH = 10_000
 
 
@@ -106,7 +110,7 @@ def write_pairs(dataset: Dataset, path: Path) -> int:
 
 
 def sentence_scores(metric: str):
-    """The sentence-level score of `metric` (`SELECTION_METRICS`) of a hypothesis against its reference."""
+    """The sentence-level score of `metric` (`options.SELECTION_METRICS`) of a hypothesis against its reference."""
     scorer = CHRF() if metric == "chrf" else BLEU(effective_order=True)
     return lambda hypothesis, reference: scorer.sentence_score(hypothesis, [reference]).score
 
@@ -209,4 +213,59 @@ def distill_pairs(
     }
 
 
-__all__ = ["SELECTION_METRICS", "SOURCES", "corpus_inputs", "distill_pairs", "file_stamps", "write_corpus"]
+# ------------------------------------------------------------------------------------------------------- the steps
+
+
+def corpus_step(run) -> dict:
+    with writes_folder(run.path("corpus")) as folder:
+        return write_corpus(run.data_args, folder)
+
+
+def teacher_translations_step(run) -> dict:
+    """The teacher's n best of every source line, on Ray through translate-corpus's engine: resumable shards."""
+    with RaySession(run.args.address, run.args.verbose) as session:
+        summary = translate_corpus(
+            [str(run.path("corpus", SOURCES)), *run.monolingual],
+            str(run.path("teacher-translations")),
+            str(run.teacher),
+            run.engine,
+            run.decoding,
+            column="text",
+            num_workers=run.args.num_workers,
+            shard_rows=run.args.shard_rows,
+            connect=session.connect,
+        )
+    print(f"{run.prog}: teacher-translations: {summary.line()}", file=sys.stderr)
+    return dict(**dataclasses.asdict(summary), sentences_per_second=round(summary.rate, 2))
+
+
+def translated(run) -> bool:
+    """Whether an earlier run left complete shards of the teacher's translations."""
+    return any(run.path("teacher-translations").glob("*.parquet"))
+
+
+def distilled_step(run) -> dict:
+    shards = sorted(run.path("teacher-translations").glob("*.parquet"))
+    references = run.path("corpus", "train.jsonl") if run.args.mix_references else None
+    with writes_folder(run.path("distilled")) as folder:
+        return distill_pairs(
+            shards,
+            folder,
+            run.languages,
+            run.length_penalty,
+            run.args.selection_metric,
+            run.args.max_length_ratio,
+            run.args.drop_worst,
+            references,
+        )
+
+
+__all__ = [
+    "SOURCES",
+    "corpus_inputs",
+    "corpus_step",
+    "distilled_step",
+    "file_stamps",
+    "teacher_translations_step",
+    "translated",
+]

@@ -17,12 +17,14 @@ from pathlib import Path
 from safetensors import safe_open
 
 from ..data.folders import write_whole
+from ..data.vocabulary_map import VMAP_NAME
 from ..hub.model_card import make_model_card
 from ..interop.parity import format_table
 from ..training.metrics import corpus_scores
 from ..training.report import hardware, read_run_report
 from ..translate.options import DecodeOptions, EngineOptions
 from ..translate.translator import load_translator
+from .records import Steps
 
 
 ENGINES = {
@@ -36,6 +38,7 @@ WARM_UP_LINES = 8
 # slowed by other work on the machine (on a shared 2-core machine, two identical networks timed one after the other
 # differed by a fifth in one pass each, and by a tenth in three passes each).
 TIMED_PASSES = 3
+REPORTED_STEPS = ("student-init", "student", "distilled", "vocabulary-map")  # whose results the report shows
 HEADLINE = ("PyTorch float32", "beam 4")  # the teacher's row the speed-ups are measured against
 
 
@@ -242,3 +245,34 @@ def write_model_card(student_dir: Path, report: dict, repo_id: str, command: str
         "sentences/s.\n"
     )
     write_whole(student_dir / "README.md", card)
+
+
+def report_step(run, steps) -> dict:
+    """report.json, report.md and the student's model card, from the records of `steps` and the models they made."""
+    records = Steps(run.output_dir)
+    result = {name: (records.read(name) or {}).get("result") for name in REPORTED_STEPS}
+    int8 = "CTranslate2 int8"
+    models = {
+        "teacher": {"PyTorch float32": run.teacher, int8: run.path("teacher-ctranslate2-int8")},
+        "student": {"PyTorch float32": run.path("student"), int8: run.path("student-ctranslate2-int8")},
+    }
+    if run.args.baseline:
+        models["baseline"] = {"PyTorch float32": run.path("baseline")}
+    test, vmap = run.path("corpus", "test.jsonl"), run.path("student", VMAP_NAME)
+    evaluation = evaluate_models(models, test, run.languages, run.report_threads, vmap, run.data_args.max_test_samples)
+    exports = dict(formats=run.args.export, **records.read("student-onnx")["result"]) if run.args.export else {}
+    report = dict(
+        teacher=str(run.teacher),
+        student=dict(**result["student-init"], training=result["student"]),
+        corpus=result["distilled"],
+        vocabulary_map=result["vocabulary-map"],
+        evaluation=evaluation,
+        gap=gaps(evaluation["rows"]),
+        distillation_gain=distillation_gain(evaluation["rows"]),
+        exports=exports,
+        seconds=records.seconds(steps),
+    )
+    write_model_card(run.path("student"), report, f"{run.output_dir.name}-student", run.command)
+    for name, text in (("report.md", format_report(report)), ("report.json", json.dumps(report, indent=1))):
+        write_whole(run.path(name), text + ("\n" if name.endswith("json") else ""))
+    return dict(report=str(run.path("report.json")))

@@ -32,7 +32,7 @@ from transformers.utils import logging
 from ..cuda import cuda_environment
 from ..errors import InputError, import_extra, one_line
 from .io import differences
-from .options import DecodeOptions, EngineOptions
+from .options import DEFAULT_SHARD_ROWS, DecodeOptions, EngineOptions
 from .translator import load_translator, output_settings
 
 
@@ -42,7 +42,6 @@ logger = logging.get_logger(__name__)
 FORMATS = {".parquet": "parquet", ".jsonl": "jsonl", ".json": "jsonl", ".ndjson": "jsonl"}  # others: text
 OUTPUT_FORMATS = ("parquet", "jsonl")
 ADDED = ("translation", "score", "translation_length", "nbest", "missing_terms")
-DEFAULT_SHARD_ROWS = 10_000
 MANIFEST = "_translate_corpus.json"
 # Inputs of at most this many bytes are read through and checked before anything is written (and Ray started); larger
 # ones are checked where their rows are read, shard by shard.

@@ -5,7 +5,7 @@ import os
 import sys
 
 from ..errors import CommandParser, InputError, check_minimums
-from .options import DecodeOptions, EngineOptions, add_arguments
+from .options import DEFAULT_SHARD_ROWS, DecodeOptions, EngineOptions, add_arguments
 
 
 DESCRIPTION = """Translate a corpus (Parquet, JSON Lines or text files; local or any filesystem Ray reads, such as s3://)
@@ -18,7 +18,7 @@ REPORTED = 100  # problems of the input listed, at most
 
 
 def build_parser(prog: str):
-    from .corpus import DEFAULT_SHARD_ROWS, OUTPUT_FORMATS
+    from .corpus import OUTPUT_FORMATS
 
     parser = CommandParser(prog=prog, description=DESCRIPTION)
     parser.add_argument("--model", required=True, help="model folder (on every node of a cluster) or Hub id")

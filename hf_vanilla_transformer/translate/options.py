@@ -20,6 +20,7 @@ from ..errors import InputError, check_at_least, import_extra
 
 
 DEFAULT_MAX_TOKENS = 3000
+DEFAULT_SHARD_ROWS = 10_000  # translate-corpus's input rows per output shard, the unit of resume
 GENERATION_OPTIONS = ("num_beams", "length_penalty", "early_stopping", "do_sample", "temperature", "top_k", "top_p")
 GROUPS = {
     "engine": "engine",

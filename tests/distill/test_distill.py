@@ -18,7 +18,7 @@ import torch
 from transformers import AutoModelForSeq2SeqLM
 
 from hf_vanilla_transformer import VanillaTransformerForConditionalGeneration, cli
-from hf_vanilla_transformer.distill.pipeline import teacher_length
+from hf_vanilla_transformer.distill.run import teacher_length
 from hf_vanilla_transformer.distill.student import StudentSizes, build_student, layers_to_copy, student_config
 from hf_vanilla_transformer.errors import InputError
 from tests.helpers import ROOT, free_port, short_pairs, tiny_config, tiny_translator_dir, write_jsonl
@@ -517,10 +517,11 @@ def test_a_step_that_failed_before_keeping_any_work_may_be_rerun_with_other_sett
 
 
 def test_a_greedy_teacher_is_taken_without_the_beam_searchs_early_stopping(tmp_path):
-    from hf_vanilla_transformer.distill.pipeline import Distillation, parse
+    from hf_vanilla_transformer.distill.options import parse
+    from hf_vanilla_transformer.distill.run import Run
 
     argv = ["--teacher", str(tiny_translator_dir()), "--output_dir", str(tmp_path / "run"), "--num_beams", "1"]
-    run = Distillation(*parse([*argv, "--nbest", "1"], "distill"), "distill")
+    run = Run.of(*parse([*argv, "--nbest", "1"], "distill"), "distill")
     assert (run.decoding.num_beams, run.decoding.nbest, run.decoding.early_stopping) == (1, 1, None)
     with pytest.raises(InputError, match="--nbest 4 needs --num_beams 4 or more"):
-        Distillation(*parse(argv, "distill"), "distill")
+        Run.of(*parse(argv, "distill"), "distill")
