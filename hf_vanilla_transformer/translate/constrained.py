@@ -77,6 +77,8 @@ def decode_constrained(
     sequence of `terms[row]` where they fit within `limits[row]` new tokens (see the module's docstring).
     `candidates`: a vocabulary map's sorted token ids, to which the terms' tokens are added."""
     config, device = generation_config, input_ids.device
+    # A term that another one holds is held with it ("station" in "railway station").
+    terms = [[t for t in row if not any(u != t and holds(u, t) for u in row)] for row in terms]
     if candidates is not None:
         candidates = sorted(set(candidates) | {i for row in terms for term in row for i in term})
         position = {token: i for i, token in enumerate(candidates)}

@@ -195,3 +195,12 @@ def test_the_command_writes_missing_terms_in_jsonl_and_refuses_a_bad_file_in_one
     assert cli.main(command) == 2
     error = capsys.readouterr().err.strip()
     assert error.endswith("terms.tsv, line 1: expected a source term, one tab and a target term; got 3 column(s).")
+
+
+def test_a_term_that_another_holds_is_placed_once(translator):
+    line = next(line for line in LINES if len(line.split()) > 3)
+    first, second = line.split()[:2]
+    glossary = Glossary.of_pairs([(first, "railway station"), (second, "station")])
+    hypothesis = translator.translate([line], DecodeOptions(num_beams=4, split_sentences=False, glossary=glossary))[0]
+    text = hypothesis.hypotheses[0].text
+    assert "railway station" in text and text.count("station") == 1, text
