@@ -439,7 +439,6 @@ class CTranslate2Backend(Backend):
         decoding,
         scores: bool = True,
         seed: int = 0,
-        terms: None = None,  # refused (`check_glossary`)
     ) -> list[list[Hypothesis]]:
         eos = self.tokenizer.eos_token
         tokens = [self.tokenizer.convert_ids_to_tokens(s) for s in sources]

@@ -180,7 +180,8 @@ class Translator:
                 decoding,
                 scores=scores,
                 seed=decoding.options.seed + 1_000_003 * first_line + number,
-                terms=None if work.terms is None else [decoding.terms.ids(work.terms[j]) for j in batch],
+                # (only with a glossary: `Backend.check_glossary` says which engines take terms)
+                **({} if work.terms is None else {"terms": [decoding.terms.ids(work.terms[j]) for j in batch]}),
             )
             results.update(zip(batch, hypotheses))
             if on_batch is not None:
