@@ -433,12 +433,7 @@ class CTranslate2Backend(Backend):
         )
 
     def generate(
-        self,
-        sources: list[list[int]],
-        limit: Callable[[int], int],
-        decoding,
-        scores: bool = True,
-        seed: int = 0,
+        self, sources: list[list[int]], limit: Callable[[int], int], decoding, scores: bool = True, seed: int = 0
     ) -> list[list[Hypothesis]]:
         eos = self.tokenizer.eos_token
         tokens = [self.tokenizer.convert_ids_to_tokens(s) for s in sources]
