@@ -556,7 +556,7 @@ def test_a_gpu_the_machine_lacks_is_one_line(capsys, trained, text_file, tmp_pat
     )
 
 
-def test_decoding_options_that_make_nonsense_are_one_line_in_every_command_before_work_starts(
+def test_decoding_options_that_make_nonsense_are_one_line_in_every_command_before_work_starts(  # rows 49, 50
     capsys, trained, text_file, tmp_path
 ):
     translate, serve = ["translate", "--model", trained, text_file], ["serve", "--model", trained]
@@ -827,7 +827,9 @@ def test_verify_export_refuses_a_comparison_that_proves_nothing(capsys):  # row 
     check_comparable("model", "greedy", [[5, 6], [5, 6]], ["a", "a"], texts_of=None)  # one line twice: comparable
 
 
-def test_a_hub_dataset_that_cannot_be_had_is_one_line_without_retries(capsys, trained, tmp_path, monkeypatch):
+def test_a_hub_dataset_that_cannot_be_had_is_one_line_without_retries(  # row 51
+    capsys, trained, tmp_path, monkeypatch
+):
     import huggingface_hub
     from huggingface_hub import HfApi
     from huggingface_hub.errors import RepositoryNotFoundError
