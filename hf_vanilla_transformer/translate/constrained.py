@@ -21,7 +21,7 @@ import torch
 from transformers import GenerationConfig
 
 from ..data.trained_on import token_ids
-from .decoding import NEG, Search, in_candidates
+from .decoding import NEG, Search
 
 
 MIN_BEAMS = 4  # the banks need room: a constrained search keeps at least this many hypotheses, greedy search too
@@ -76,29 +76,18 @@ def decode_constrained(
     """Per source row, its `nbest` hypotheses as (generated ids, their log-probabilities), each holding every token
     sequence of `terms[row]` where they fit within `limits[row]` new tokens (see the module's docstring).
     `candidates`: a vocabulary map's sorted token ids, to which the terms' tokens are added."""
-    config, device = generation_config, input_ids.device
     # A term that another one holds is held with it ("station" in "railway station").
     terms = [[t for t in row if not any(u != t and holds(u, t) for u in row)] for row in terms]
     if candidates is not None:
         candidates = sorted(set(candidates) | {i for row in terms for term in row for i in term})
         position = {token: i for i, token in enumerate(candidates)}
         terms = [[[position[i] for i in term] for term in row] for row in terms]
-        config = in_candidates(config, candidates)
-    beams = max(config.num_beams or 1, MIN_BEAMS, nbest)
-    search = Search(
-        model,
-        model.get_encoder()(input_ids=input_ids, attention_mask=attention_mask, return_dict=True),
-        attention_mask,
-        beams,
-        config,
-    )
-    if candidates is not None:
-        search.use_candidates(torch.tensor(candidates, device=device))
-    start = torch.full((len(limits),), config.decoder_start_token_id, device=device)
+    beams = max(generation_config.num_beams or 1, MIN_BEAMS, nbest)
+    search = Search.of(model, input_ids, attention_mask, generation_config, beams, candidates)
+    config = search.config
+    start = torch.full((len(limits),), config.decoder_start_token_id, device=input_ids.device)
     results = _search(search, start, set(token_ids(config.eos_token_id)), limits, config, nbest, terms)
-    if candidates is None:
-        return results
-    return [[([candidates[i] for i in ids], scores) for ids, scores in hypotheses] for hypotheses in results]
+    return search.token_ids(results)
 
 
 def _search(search: Search, start, eos: set[int], limits: list[int], config, nbest: int, terms):

@@ -135,20 +135,12 @@ def decode(
     of `max(limits)` target positions or more), the step compiled with `compile_config` where given (see the
     module's docstring); source rows after the first `len(limits)` then fill the batch up: computed, never decoded.
     `candidates`: the sorted token ids the batch chooses among (a vocabulary map's), with every id `config` names."""
-    config, device = generation_config, input_ids.device
-    if candidates is not None:
-        config = in_candidates(config, candidates)
-    search = Search(
-        model,
-        model.get_encoder()(input_ids=input_ids, attention_mask=attention_mask, return_dict=True),
-        attention_mask,
-        1 if config.do_sample else config.num_beams or 1,
-        config,
-    )
+    device = input_ids.device
+    beams = 1 if generation_config.do_sample else generation_config.num_beams or 1
+    search = Search.of(model, input_ids, attention_mask, generation_config, beams, candidates)
+    config = search.config
     if static_cache is not None:
         search.use_static_cache(static_cache, compile_config, len(limits))
-    if candidates is not None:
-        search.use_candidates(torch.tensor(candidates, device=device))
     eos = torch.tensor(token_ids(config.eos_token_id), device=device)
     limits = torch.tensor(limits, device=device)
     start = torch.full((len(limits),), config.decoder_start_token_id, device=device)
@@ -157,9 +149,7 @@ def decode(
         results = _greedy_or_sample(search, start, eos, limits, config, generator)
     else:
         results = _beam_search(search, start, eos, limits, config, nbest)
-    if candidates is None:
-        return results
-    return [[([candidates[i] for i in ids], scores) for ids, scores in hypotheses] for hypotheses in results]
+    return search.token_ids(results)
 
 
 def candidate_ids(config: GenerationConfig) -> set[int]:
@@ -170,7 +160,7 @@ def candidate_ids(config: GenerationConfig) -> set[int]:
     return {*ends, *(i for i in named if i is not None)}
 
 
-def in_candidates(config: GenerationConfig, candidates: list[int]) -> GenerationConfig:
+def _in_candidates(config: GenerationConfig, candidates: list[int]) -> GenerationConfig:
     """`config` with the token ids it names replaced by their positions among `candidates`; bans of tokens that are no
     candidates, which cannot be chosen anyway, are left out."""
     position = {token: i for i, token in enumerate(candidates)}
@@ -241,6 +231,25 @@ class Search:
         self.live = None  # static cache: the cache rows of the rows still decoding
         self.compile_config, self.first_step = None, True  # static cache: its step compiled after the first
         self.candidates = None  # a vocabulary map's: the token ids of the positions the search chooses among
+
+    @classmethod
+    def of(cls, model, input_ids, attention_mask, config: GenerationConfig, num_beams: int, candidates=None):
+        """The search over the encoded sources, choosing among `candidates` where given (their positions then stand
+        for the token ids, in `config` too: `self.config`)."""
+        if candidates is not None:
+            config = _in_candidates(config, candidates)
+        encoded = model.get_encoder()(input_ids=input_ids, attention_mask=attention_mask, return_dict=True)
+        search = cls(model, encoded, attention_mask, num_beams, config)
+        if candidates is not None:
+            search.use_candidates(torch.tensor(candidates, device=input_ids.device))
+        return search
+
+    def token_ids(self, results):
+        """Per sentence, its hypotheses (ids, scores) with the candidates' positions mapped back to token ids."""
+        if self.candidates is None:
+            return results
+        candidates = self.candidates.tolist()
+        return [[([candidates[i] for i in ids], scores) for ids, scores in hypotheses] for hypotheses in results]
 
     def use_static_cache(self, cache: EncoderDecoderCache, compile_config: CompileConfig | None, sentences: int):
         """Decode through `cache`, the first `sentences` sentences (the other rows fill the batch up)."""
