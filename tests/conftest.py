@@ -4,6 +4,7 @@ test.
 Shared helpers live in `tests/helpers.py`; nothing imports this file.
 """
 
+import logging
 import os
 
 
@@ -13,6 +14,9 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
+
+
+PACKAGE = "hf_vanilla_transformer"
 
 
 # One torch thread in the test process (commands run in new processes keep torch's default): the suite's models are
@@ -26,3 +30,19 @@ def _seed_and_one_thread():
     torch.manual_seed(0)
     yield
     torch.set_num_threads(1)  # a test that set more threads (translate's --threads) leaves the next one on one
+
+
+def _package_logging() -> tuple:
+    loggers = [(name, lg) for name, lg in logging.root.manager.loggerDict.items() if isinstance(lg, logging.Logger)]
+    states = {name: (lg.disabled, lg.propagate, lg.level) for name, lg in loggers if name.startswith(PACKAGE)}
+    changed = {name: state for name, state in states.items() if state != (False, True, logging.NOTSET)}
+    return logging.root.level, logging.root.manager.disable, changed
+
+
+@pytest.fixture(autouse=True)
+def _logging_left_as_found():
+    """The package's log records reach pytest's caplog only while no test has silenced them: one that left a logger
+    disabled, detached or raised would fail every later caplog assertion in its process, far from the cause."""
+    before = _package_logging()
+    yield
+    assert _package_logging() == before, "this test (or a module it imported first) changed logging for later tests"

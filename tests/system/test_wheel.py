@@ -75,12 +75,13 @@ def test_the_wheel_holds_every_file_the_package_reads_and_works_in_a_fresh_envir
     python = venv / "bin" / "python"
     (new_site,) = (venv / "lib").glob("python*/site-packages")
     (new_site / "dependencies.pth").write_text("\n".join(site.getsitepackages()) + "\n")
-    run(sys.executable, "-m", "pip", "--python", python, "install", "--no-deps", "--no-index", "-q", wheel)
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+    env.pop("PYTHONPATH", None)  # a checkout on it would count as the package installed, and pip would skip the wheel
+    install = ["install", "--no-deps", "--no-index", "--ignore-installed", "-q", wheel]
+    run(sys.executable, "-m", "pip", "--python", python, *install, env=env)
 
     work = tmp_path / "work"  # neither the source tree nor this checkout on the path
     work.mkdir()
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
-    env.pop("PYTHONPATH", None)
     run(python, "-c", WHERE_FROM, cwd=work, env=env)
     command = venv / "bin" / "hf-vanilla-transformer"
 
