@@ -33,9 +33,13 @@ def _seed_and_one_thread():
 
 
 def _package_logging() -> tuple:
-    loggers = [(name, lg) for name, lg in logging.root.manager.loggerDict.items() if isinstance(lg, logging.Logger)]
-    states = {name: (lg.disabled, lg.propagate, lg.level) for name, lg in loggers if name.startswith(PACKAGE)}
-    changed = {name: state for name, state in states.items() if state != (False, True, logging.NOTSET)}
+    loggers = [lg for lg in logging.root.manager.loggerDict.values() if isinstance(lg, logging.Logger)]
+    states = {
+        lg.name: (lg.disabled, lg.propagate, lg.level, lg.filters, lg.isEnabledFor(logging.WARNING))
+        for lg in loggers
+        if lg.name.startswith(PACKAGE)
+    }
+    changed = {name: state for name, state in states.items() if state != (False, True, logging.NOTSET, [], True)}
     return logging.root.level, logging.root.manager.disable, changed
 
 
