@@ -44,8 +44,8 @@ from tests.helpers import ROOT, SENTENCES, free_port, tiny_tokenizer
 
 
 GERMAN, ENGLISH = SENTENCES[0::2], SENTENCES[1::2]
-# Its warnings are asserted at that logger's level: one that an earlier test in the same process left raised or
-# cached would otherwise hide them from caplog.
+# The translator's warnings are asserted at its logger's level: a level that an earlier test in this process left
+# raised or cached would otherwise hide them from caplog.
 TRANSLATOR_LOG = "hf_vanilla_transformer.translate.translator"
 # Training sentences, new combinations of their words, and blank lines.
 LINES = [*GERMAN, "", "Tom hat Hunger.", "Wo ist Tom?", "   ", "Das ist schön.", "Wer ist hier?", "Ich", "Hunger"]
