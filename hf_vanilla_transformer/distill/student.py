@@ -58,6 +58,8 @@ class StudentSizes:
             ffn_dim=teacher.encoder_ffn_dim,
         )
         sizes.update(PRESETS[preset])
+        if preset == "shallow":  # never deeper than the teacher, whose layers it copies
+            sizes["decoder_layers"] = min(sizes["decoder_layers"], teacher.decoder_layers)
         sizes.update({name: value for name, value in given.items() if value is not None})
         return cls(**sizes)
 

@@ -30,10 +30,11 @@ pytest.importorskip("ctranslate2")
 
 HEADLINE = ("PyTorch float32", "beam 4")
 # A run of seconds: a few steps of a tiny student, checkpoints on the way (resume), the report on 30 test sentences.
+# One decoder layer, so that the student is smaller than this teacher of two.
 TRAINING = [
-    "--max_steps", "4", "--save_steps", "2", "--per_device_train_batch_size", "32", "--eval_strategy", "no",
-    "--bf16", "False", "--use_cpu", "--report_threads", "1", "--threads", "1", "--device", "cpu",
-    "--num_workers", "1",
+    "--student_layers", "2,1", "--max_steps", "4", "--save_steps", "2", "--per_device_train_batch_size", "32",
+    "--eval_strategy", "no", "--bf16", "False", "--use_cpu", "--report_threads", "1", "--threads", "1",
+    "--device", "cpu", "--num_workers", "1",
 ]  # fmt: skip
 
 
@@ -388,6 +389,14 @@ def test_under_two_processes_both_train_and_the_first_does_the_other_steps(local
 
 
 # ------------------------------------------------------------------------------------------------------ the parts
+
+
+@pytest.mark.parametrize("teacher, student", [((6, 6), (6, 2)), ((3, 3), (3, 2)), ((4, 1), (4, 1))])
+def test_the_shallow_student_keeps_the_encoder_and_decodes_with_two_layers_at_most_the_teachers(teacher, student):
+    config = tiny_config(encoder_layers=teacher[0], decoder_layers=teacher[1])
+    sizes = StudentSizes.of(config, "shallow")
+    assert (sizes.encoder_layers, sizes.decoder_layers) == student and sizes.d_model == config.d_model
+    assert StudentSizes.of(config, "shallow", decoder_layers=1).decoder_layers == 1
 
 
 def test_copy_init_starts_from_the_teachers_embeddings_and_evenly_chosen_layers():
