@@ -19,11 +19,10 @@ from ..translate.options import DEFAULT_SHARD_ROWS, add_arguments
 from .records import option_values
 
 
-# What each student preset sets; `shallow` keeps the teacher's width and encoder and decodes with two layers, or the
-# teacher's one (Kasai et al. 2021, "Deep Encoder, Shallow Decoder": decoding costs per target token, encoding per
-# sentence). Two, as Bergamot's students: one decoder layer kept 1.0 BLEU less of the demo's teacher on the validation
-# split, at the same speed within noise (docs/distillation.md). `tiny` and `base` are the Bergamot students' sizes
-# (browsermt/students): 256 and 512 wide, 6 encoder and 2 decoder layers.
+# What each student preset sets; `shallow` keeps the teacher's width and encoder and decodes with two layers, at most
+# the teacher's (Kasai et al. 2021, "Deep Encoder, Shallow Decoder": decoding costs per target token, encoding per
+# sentence); two rather than one as chosen on the validation split (docs/distillation.md). `tiny` and `base` are the
+# Bergamot students' sizes (browsermt/students): 256 and 512 wide, 6 encoder and 2 decoder layers.
 PRESETS = {
     "shallow": dict(decoder_layers=2),
     "tiny": dict(d_model=256, encoder_layers=6, decoder_layers=2, heads=8, ffn_dim=1536),
